@@ -1,0 +1,3 @@
+from gpuplane.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""File adapters around the policy core: reading policy and snapshot files from disk."""

@@ -1,0 +1,108 @@
+"""Load a policy file: YAML, then the schema, then the cross-field rules; all errors at once."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from gpuplane.policy import schema
+from gpuplane.policy.errors import Path, PolicyError, PolicyIssue
+from gpuplane.policy.schema import PolicySpec
+from gpuplane.policy.validate import check_policy
+from gpuplane.policy.yamlsource import LineMap, parse_yaml
+
+
+def _known_fields() -> list[str]:
+    names: set[str] = set()
+    for value in vars(schema).values():
+        if isinstance(value, type) and issubclass(value, BaseModel):
+            names.update(value.model_fields)
+    return sorted(names)
+
+
+_KNOWN_FIELDS = _known_fields()
+
+
+def _fix_for(error: Any) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    field = str(error["loc"][-1]) if error["loc"] else "field"
+    if kind == "missing":
+        return f"add the field '{field}'"
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(field, _KNOWN_FIELDS, n=1)
+        return f"did you mean '{close[0]}'?" if close else "remove it (see docs/policy.md for the fields)"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "write a whole number"
+    if kind in ("float_parsing", "float_type"):
+        return "write a number"
+    if kind in ("bool_parsing", "bool_type"):
+        return "write true or false"
+    if kind == "literal_error":
+        return f"use one of {ctx.get('expected', 'the allowed values')}"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        return "use a value in range"
+    if kind == "string_pattern_mismatch":
+        return "use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+    if kind == "too_short":
+        return "give at least one entry"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return "write a mapping (key: value) here"
+    if kind == "list_type":
+        return "write a list (- item) here"
+    return "correct the value"
+
+
+def _label(path: Path, data: Any) -> str:
+    """Render a path with the names of the list items it passes, e.g. ``teams[1](nlp).quotas``."""
+    out = ""
+    node = data
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            node = None
+        if isinstance(part, int):
+            named = isinstance(node, dict) and isinstance(node.get("name"), str)
+            out += f"[{part}]({node['name']})" if named and isinstance(node, dict) else f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _located(issues: list[PolicyIssue], lines: LineMap, data: Any) -> list[PolicyIssue]:
+    return [PolicyIssue(i.path, i.message, i.fix, lines.line_of(i.path), _label(i.path, data)) for i in issues]
+
+
+def parse_policy(text: str, filename: str = "<policy>") -> PolicySpec:
+    """Validate policy YAML text into a PolicySpec; raise PolicyError listing every problem with its line."""
+    data, lines = parse_yaml(text, filename)
+    if not isinstance(data, dict):
+        raise PolicyError(
+            filename,
+            [PolicyIssue((), "the policy must be a YAML mapping", "start from examples/platform.yaml", 1)],
+        )
+    try:
+        policy = PolicySpec.model_validate(data)
+    except ValidationError as exc:
+        issues = [
+            PolicyIssue(tuple(e["loc"]), _message_for(e), _fix_for(e))
+            for e in exc.errors(include_url=False)
+        ]
+        raise PolicyError(filename, _located(issues, lines, data)) from None
+    semantic = check_policy(policy)
+    if semantic:
+        raise PolicyError(filename, _located(semantic, lines, data))
+    return policy
+
+
+def _message_for(error: Any) -> str:
+    if error["type"] == "missing":
+        return "required field is missing"
+    if error["type"] == "extra_forbidden":
+        return f"unknown field '{error['loc'][-1]}'"
+    value = error.get("input")
+    shown = repr(value) if isinstance(value, (str, int, float, bool)) else type(value).__name__
+    return f"{error['msg']} (got {shown})"

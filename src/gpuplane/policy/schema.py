@@ -1,0 +1,178 @@
+"""The platform policy file's schema: every field, its type and its default.
+
+Field-by-field documentation lives in docs/policy.md; cross-field rules live in ``validate.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9.\-]*[a-z0-9])?$")]
+ClassName = Literal["training", "batch", "inference"]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MigSpec(_Spec):
+    compute_slices: int = Field(7, ge=1, le=8)
+    memory_slices: int = Field(8, ge=1, le=8)
+    profiles: list[str] = Field(min_length=1)
+
+
+class GpuModelSpec(_Spec):
+    name: Name
+    memory_gib: float = Field(gt=0)
+    speed: float = Field(1.0, gt=0)
+    mig: MigSpec | None = None
+
+
+class TaintSpec(_Spec):
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: TaintEffect = "NoSchedule"
+
+
+class TopologySpec(_Spec):
+    nodes_per_domain: int = Field(ge=1)
+    domain_label: str = "gpuplane.io/topology-domain"
+
+
+class PoolSpec(_Spec):
+    name: Name
+    gpu_model: Name
+    flavor: Name | None = None
+    gpus_per_node: int = Field(ge=1, le=16)
+    cpu_per_node: int = Field(64, ge=1)
+    memory_gib_per_node: float = Field(512, gt=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    capacity_type: Literal["on-demand", "spot", "reserved"] = "on-demand"
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int = Field(ge=1)
+    warm_nodes: int = Field(0, ge=0)
+    startup_seconds: float = Field(300, ge=0)
+    price_per_node_hour: float = Field(ge=0)
+    spot_interruption_rate_per_hour: float = Field(0, ge=0, le=1)
+    topology: TopologySpec | None = None
+    workload_classes: list[ClassName] = Field(default_factory=lambda: ["training", "batch"], min_length=1)
+    mig_profiles: list[str] = Field(default_factory=list)
+
+    @property
+    def flavor_name(self) -> str:
+        """The quota flavor this pool's GPUs count against (its GPU model unless set)."""
+        return self.flavor or self.gpu_model
+
+
+class QuotaSpec(_Spec):
+    nominal: int = Field(ge=0)
+    borrowing_limit: int | None = Field(None, ge=0)
+    lending_limit: int | None = Field(None, ge=0)
+
+
+class TeamSpec(_Spec):
+    name: Name
+    cohort: Name | None = None
+    weight: float = Field(1.0, gt=0)
+    pools: list[Name] = Field(min_length=1)
+    quotas: dict[str, QuotaSpec] = Field(default_factory=dict)
+    max_running_jobs: int | None = Field(None, ge=1)
+    max_gpus: int | None = Field(None, ge=1)
+    allow_nonpreemptible_borrowing: bool = False
+
+
+class PriorityTierSpec(_Spec):
+    name: Name
+    value: int
+    preemptible: bool = True
+    may_preempt: list[Name] = Field(default_factory=list)
+
+
+class _ClassSpec(_Spec):
+    default_priority: Name | None = None
+    default_duration_s: float = Field(gt=0)
+    preemptible: bool
+    gang: bool
+    allow_spot: bool
+    topology: Literal["required", "preferred", "none"]
+
+
+class TrainingClassSpec(_ClassSpec):
+    default_duration_s: float = Field(24 * 3600.0, gt=0)
+    preemptible: bool = False
+    gang: bool = True
+    allow_spot: bool = False
+    topology: Literal["required", "preferred", "none"] = "preferred"
+
+
+class BatchClassSpec(_ClassSpec):
+    default_duration_s: float = Field(4 * 3600.0, gt=0)
+    preemptible: bool = True
+    gang: bool = True
+    allow_spot: bool = True
+    topology: Literal["required", "preferred", "none"] = "preferred"
+
+
+class InferenceClassSpec(_ClassSpec):
+    default_duration_s: float = Field(30 * 24 * 3600.0, gt=0)
+    preemptible: bool = False
+    gang: bool = False
+    allow_spot: bool = False
+    topology: Literal["required", "preferred", "none"] = "none"
+
+
+class WorkloadClassesSpec(_Spec):
+    training: TrainingClassSpec = Field(default_factory=TrainingClassSpec)
+    batch: BatchClassSpec = Field(default_factory=BatchClassSpec)
+    inference: InferenceClassSpec = Field(default_factory=InferenceClassSpec)
+
+    def get(self, name: str) -> _ClassSpec:
+        """The class spec by class name."""
+        spec: _ClassSpec = getattr(self, name)
+        return spec
+
+
+class CheckpointSpec(_Spec):
+    spot_max_interval_s: float = Field(1800.0, gt=0)
+    recent_s: float = Field(900.0, gt=0)
+
+
+class BackfillSpec(_Spec):
+    mode: Literal["easy", "greedy", "strict"] = "easy"
+    overrun_extension_s: float = Field(600.0, gt=0)
+
+
+class PreemptionSpec(_Spec):
+    enabled: bool = True
+    reclaim_within_cohort: Literal["any", "lower_priority", "never"] = "any"
+    grace_period_s: float = Field(30.0, ge=0)
+
+
+class SchedulingSpec(_Spec):
+    fair_sharing: bool = True
+    backfill: BackfillSpec = Field(default_factory=BackfillSpec)
+    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+
+
+class PolicySpec(_Spec):
+    version: Literal[1] = 1
+    name: str = "gpuplane"
+    gpu_models: list[GpuModelSpec] = Field(min_length=1)
+    pools: list[PoolSpec] = Field(min_length=1)
+    teams: list[TeamSpec] = Field(min_length=1)
+    priorities: list[PriorityTierSpec] = Field(min_length=1)
+    default_priority: Name
+    workload_classes: WorkloadClassesSpec = Field(default_factory=WorkloadClassesSpec)
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+
+    def pool(self, name: str) -> PoolSpec:
+        """The pool by name (KeyError when unknown)."""
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)

@@ -1,0 +1,210 @@
+"""Cross-field rules of a policy: references that must resolve and limits that must add up."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+from gpuplane.model.gpu import parse_mig_profile
+from gpuplane.policy.errors import PolicyIssue
+from gpuplane.policy.schema import PolicySpec
+
+
+def _one_of(names: Iterable[str]) -> str:
+    listed = sorted(set(names))
+    return "use one of: " + ", ".join(listed) if listed else "declare it first"
+
+
+def check_policy(policy: PolicySpec) -> list[PolicyIssue]:
+    """Every cross-field problem of an otherwise well-typed policy, in file order."""
+    issues: list[PolicyIssue] = []
+    for check in (_unique_names, _gpu_models, _pools, _flavor_models, _teams, _capacity, _priorities):
+        issues.extend(check(policy))
+    return issues
+
+
+def _unique_names(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    for section in ("gpu_models", "pools", "teams", "priorities"):
+        seen: set[str] = set()
+        for index, item in enumerate(getattr(policy, section)):
+            if item.name in seen:
+                yield PolicyIssue(
+                    (section, index, "name"), f"duplicate name '{item.name}'", "give every entry its own name"
+                )
+            seen.add(item.name)
+
+
+def _gpu_models(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    for index, model in enumerate(policy.gpu_models):
+        if model.mig is None:
+            continue
+        for pindex, profile in enumerate(model.mig.profiles):
+            try:
+                parse_mig_profile(profile, model.memory_gib, model.mig.compute_slices, model.mig.memory_slices)
+            except ValueError as exc:
+                yield PolicyIssue(
+                    ("gpu_models", index, "mig", "profiles", pindex),
+                    str(exc),
+                    "use the profile names NVIDIA lists for this GPU (nvidia-smi mig -lgip)",
+                )
+
+
+def _pools(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    models = {m.name: m for m in policy.gpu_models}
+    for index, pool in enumerate(policy.pools):
+        path = ("pools", index)
+        model = models.get(pool.gpu_model)
+        if model is None:
+            yield PolicyIssue((*path, "gpu_model"), f"unknown GPU model '{pool.gpu_model}'", _one_of(models))
+        elif pool.mig_profiles:
+            offered = model.mig.profiles if model.mig else []
+            for pindex, profile in enumerate(pool.mig_profiles):
+                if not offered:
+                    yield PolicyIssue(
+                        (*path, "mig_profiles", pindex),
+                        f"MIG profile '{profile}' on GPU model '{model.name}', which has no MIG profiles",
+                        f"remove mig_profiles from this pool, or declare gpu_models[{model.name}].mig",
+                    )
+                    break
+                if profile not in offered:
+                    yield PolicyIssue(
+                        (*path, "mig_profiles", pindex),
+                        f"GPU model '{model.name}' offers no MIG profile '{profile}'",
+                        _one_of(offered),
+                    )
+        if pool.min_nodes > pool.max_nodes:
+            yield PolicyIssue(
+                (*path, "min_nodes"),
+                f"min_nodes {pool.min_nodes} is above max_nodes {pool.max_nodes}",
+                "lower min_nodes or raise max_nodes",
+            )
+        if pool.warm_nodes > pool.max_nodes:
+            yield PolicyIssue(
+                (*path, "warm_nodes"),
+                f"warm_nodes {pool.warm_nodes} is above max_nodes {pool.max_nodes}",
+                "lower warm_nodes or raise max_nodes",
+            )
+        if pool.spot_interruption_rate_per_hour > 0 and pool.capacity_type != "spot":
+            yield PolicyIssue(
+                (*path, "spot_interruption_rate_per_hour"),
+                f"an interruption rate on a '{pool.capacity_type}' pool, which is never interrupted",
+                "set capacity_type: spot, or remove spot_interruption_rate_per_hour",
+            )
+
+
+def _teams(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    pools = {p.name: p for p in policy.pools}
+    flavors = {p.flavor_name for p in policy.pools}
+    for index, team in enumerate(policy.teams):
+        path = ("teams", index)
+        team_flavors: set[str] = set()
+        for pindex, pool_name in enumerate(team.pools):
+            pool = pools.get(pool_name)
+            if pool is None:
+                yield PolicyIssue((*path, "pools", pindex), f"unknown pool '{pool_name}'", _one_of(pools))
+            else:
+                team_flavors.add(pool.flavor_name)
+        for flavor, quota in team.quotas.items():
+            qpath = (*path, "quotas", flavor)
+            if flavor not in flavors:
+                yield PolicyIssue(qpath, f"quota for unknown GPU flavor '{flavor}'", _one_of(flavors))
+                continue
+            if flavor not in team_flavors:
+                yield PolicyIssue(
+                    qpath,
+                    f"quota for flavor '{flavor}' but none of the team's pools provides it",
+                    f"add a pool of flavor '{flavor}' to teams[{team.name}].pools, or remove this quota",
+                )
+            if team.cohort is None and quota.borrowing_limit is not None:
+                yield PolicyIssue(
+                    (*qpath, "borrowing_limit"),
+                    "borrowing_limit without a cohort: there is no one to borrow from",
+                    f"set teams[{team.name}].cohort, or remove borrowing_limit",
+                )
+            if team.cohort is None and quota.lending_limit is not None:
+                yield PolicyIssue(
+                    (*qpath, "lending_limit"),
+                    "lending_limit without a cohort: there is no one to lend to",
+                    f"set teams[{team.name}].cohort, or remove lending_limit",
+                )
+            if quota.lending_limit is not None and quota.lending_limit > quota.nominal:
+                yield PolicyIssue(
+                    (*qpath, "lending_limit"),
+                    f"lending_limit {quota.lending_limit} is above the nominal quota {quota.nominal}",
+                    "a team can lend at most its nominal quota: lower lending_limit",
+                )
+        if team.cohort is None:
+            for flavor in sorted(team_flavors - set(team.quotas)):
+                yield PolicyIssue(
+                    (*path, "quotas"),
+                    f"no quota for flavor '{flavor}' and no cohort to borrow from, so the team can never "
+                    "use those pools",
+                    f"add quotas.{flavor}.nominal, or set a cohort",
+                )
+
+
+def _capacity(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    capacity: dict[str, int] = defaultdict(int)
+    for pool in policy.pools:
+        capacity[pool.flavor_name] += pool.max_nodes * pool.gpus_per_node
+    nominal: dict[str, int] = defaultdict(int)
+    last: dict[str, int] = {}
+    for index, team in enumerate(policy.teams):
+        for flavor, quota in team.quotas.items():
+            nominal[flavor] += quota.nominal
+            last[flavor] = index
+    for flavor, total in sorted(nominal.items()):
+        if flavor in capacity and total > capacity[flavor]:
+            yield PolicyIssue(
+                ("teams", last[flavor], "quotas", flavor, "nominal"),
+                f"nominal quotas for flavor '{flavor}' add up to {total} GPUs but its pools hold at most "
+                f"{capacity[flavor]} (max_nodes x gpus_per_node)",
+                "lower the teams' nominal quotas or raise max_nodes of the pools of that flavor",
+            )
+
+
+def _priorities(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    tiers = {t.name: t for t in policy.priorities}
+    for index, tier in enumerate(policy.priorities):
+        for vindex, victim_name in enumerate(tier.may_preempt):
+            path = ("priorities", index, "may_preempt", vindex)
+            victim = tiers.get(victim_name)
+            if victim is None:
+                yield PolicyIssue(path, f"unknown priority tier '{victim_name}'", _one_of(tiers))
+            elif victim.value >= tier.value:
+                yield PolicyIssue(
+                    path,
+                    f"tier '{tier.name}' ({tier.value}) may not preempt '{victim.name}' ({victim.value}), "
+                    "which is not lower",
+                    "list only tiers with a lower value",
+                )
+            elif not victim.preemptible:
+                yield PolicyIssue(
+                    path,
+                    f"tier '{victim.name}' is not preemptible",
+                    f"remove it here, or set priorities[{victim.name}].preemptible: true",
+                )
+    if policy.default_priority not in tiers:
+        yield PolicyIssue(
+            ("default_priority",), f"unknown priority tier '{policy.default_priority}'", _one_of(tiers)
+        )
+    for klass in ("training", "batch", "inference"):
+        spec = policy.workload_classes.get(klass)
+        if spec.default_priority is not None and spec.default_priority not in tiers:
+            yield PolicyIssue(
+                ("workload_classes", klass, "default_priority"),
+                f"unknown priority tier '{spec.default_priority}'",
+                _one_of(tiers),
+            )
+
+
+def _flavor_models(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    model_of: dict[str, str] = {}
+    for index, pool in enumerate(policy.pools):
+        known = model_of.setdefault(pool.flavor_name, pool.gpu_model)
+        if known != pool.gpu_model:
+            yield PolicyIssue(
+                ("pools", index, "flavor"),
+                f"flavor '{pool.flavor_name}' already names GPU model '{known}', not '{pool.gpu_model}'",
+                "give pools of different GPU models different flavors",
+            )

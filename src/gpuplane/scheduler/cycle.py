@@ -1,0 +1,262 @@
+"""One scheduling cycle: a pure function from a cluster snapshot to decisions, each with its reason.
+
+1. Index free capacity and quota usage from the snapshot's nodes and running work.
+2. Resolve every pending workload (class defaults, tier, eligible flavors and pools).
+3. Order queue heads: priority tier, then weighted dominant share of the queue (fair sharing), then
+   submission time. After each admission the queue's share is updated before its next head competes.
+4. For each head: quota of each eligible flavor (nominal, then cohort borrowing), then gang placement
+   on the flavor's pools, keeping off GPUs reserved for an earlier blocked gang unless it ends first.
+5. No fit: preempt where the policy allows (same-queue lower tier; reclaim borrowed quota).
+6. Still no fit for lack of GPUs: the first such gang on a pool gets a reservation (EASY backfill) or,
+   in strict mode, blocks the pools for everything behind it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuplane.model.cluster import ClusterSnapshot
+from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
+from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
+from gpuplane.scheduler.backfill import find_reservation
+from gpuplane.scheduler.index import PolicyIndex
+from gpuplane.scheduler.preemption import plan_preemption
+from gpuplane.scheduler.reasons import make_reason
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
+from gpuplane.scheduler.state import CycleState, Reservation, RunEntry
+
+_FAILURE_RANK = {
+    code: rank
+    for rank, code in enumerate(
+        [
+            ReasonCode.WOULD_DELAY_RESERVATION,
+            ReasonCode.TOPOLOGY_UNSATISFIABLE,
+            ReasonCode.INSUFFICIENT_CAPACITY,
+            ReasonCode.COHORT_QUOTA_EXHAUSTED,
+            ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW,
+            ReasonCode.BORROWING_LIMIT_EXCEEDED,
+            ReasonCode.QUOTA_NOMINAL_EXCEEDED,
+            ReasonCode.MAX_GPUS,
+            ReasonCode.MAX_RUNNING_JOBS,
+        ]
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationView:
+    """A reservation as reported to users: who, where, from when, how many GPUs are held free."""
+
+    workload_id: str
+    pool: str
+    start: float
+    reserved_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    """The decisions of one cycle, in the order they were taken (preemptions before their admit)."""
+
+    now: float
+    decisions: tuple[Decision, ...]
+    reservations: tuple[ReservationView, ...]
+
+    @property
+    def admitted(self) -> list[Decision]:
+        """ADMIT decisions."""
+        return [d for d in self.decisions if d.kind is DecisionKind.ADMIT]
+
+    @property
+    def preempted(self) -> list[Decision]:
+        """PREEMPT decisions."""
+        return [d for d in self.decisions if d.kind is DecisionKind.PREEMPT]
+
+    @property
+    def waiting(self) -> list[Decision]:
+        """WAIT decisions."""
+        return [d for d in self.decisions if d.kind is DecisionKind.WAIT]
+
+    def for_workload(self, workload_id: str) -> list[Decision]:
+        """Every decision about one workload (a preempted one may also appear as waiting elsewhere)."""
+        return [d for d in self.decisions if d.workload_id == workload_id]
+
+
+def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
+    """Decide admissions, preemptions and waits for every pending workload of ``snapshot``.
+
+    Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
+    snapshot contradicts itself (a GPU held twice, an unknown node).
+    """
+    return _Cycle(index, snapshot).run()
+
+
+class _Cycle:
+    def __init__(self, index: PolicyIndex, snapshot: ClusterSnapshot) -> None:
+        self.index = index
+        self.snapshot = snapshot
+        self.st = CycleState(index, snapshot)
+        self.admitter = Admitter(self.st)
+        self.decisions: list[Decision] = []
+        self.mode = index.policy.scheduling.backfill.mode
+        self.fair = index.policy.scheduling.fair_sharing
+        self.preemption = index.policy.scheduling.preemption.enabled
+        self.blocked_pools: dict[str, str] = {}
+        self.preempt_memo: dict[tuple[str, int, str], int] = {}
+
+    # -- 2 + 3: resolve and order ---------------------------------------------------------------------
+    def run(self) -> CycleResult:
+        queues: dict[str, list[Resolved]] = {}
+        for w in self.snapshot.pending:
+            try:
+                r = resolve(w, self.index)
+            except InvalidWorkload as exc:
+                self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
+                continue
+            queues.setdefault(r.queue.name, []).append(r)
+        heap: list[tuple[int, float, float, str, str, int]] = []
+        for name, items in queues.items():
+            items.sort(key=lambda r: (-r.priority, r.workload.submit_time, r.id))
+            heapq.heappush(heap, self._key(items[0], name, 0))
+        while heap:
+            *_, name, pos = heapq.heappop(heap)
+            items = queues[name]
+            self._decide(items[pos], pos)
+            if pos + 1 < len(items):
+                heapq.heappush(heap, self._key(items[pos + 1], name, pos + 1))
+        views = tuple(
+            ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
+            for v in self.st.reservations.values()
+        )
+        return CycleResult(self.st.now, tuple(self.decisions), views)
+
+    def _key(self, r: Resolved, name: str, pos: int) -> tuple[int, float, float, str, str, int]:
+        share = self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity) if self.fair else 0.0
+        return (-r.priority, share, r.workload.submit_time, r.id, name, pos)
+
+    # -- 4-6: one head ----------------------------------------------------------------------------------
+    def _decide(self, r: Resolved, position: int) -> None:
+        if not r.options:
+            self._wait(r.id, ReasonCode.NO_ELIGIBLE_POOL, {
+                "queue": r.queue.name, "pools": "; ".join(f"{p}: {why}" for p, why in r.rejected_pools.items()),
+                "rejected_pools": dict(r.rejected_pools),
+            })
+            return
+        if self.mode == "strict":
+            head = next((self.blocked_pools[p.name] for o in r.options for p in o.pools
+                         if p.name in self.blocked_pools), None)
+            if head is not None:
+                self._wait(r.id, ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
+                return
+        failures: list[Failure] = []
+        for option in r.options:
+            fit, failed = self.admitter.try_option(r, option, commit=True)
+            if fit is not None:
+                self._admit(r, fit)
+                return
+            failures.extend(failed)
+        preemptable = any(f.code in CAPACITY_CODES or f.code in _QUOTA_PREEMPTABLE for f in failures)
+        if self.preemption and preemptable and self._try_preemption(r):
+            return
+        self._block(r, failures, position)
+
+    def _admit(self, r: Resolved, fit: Fit, victims: tuple[str, ...] = ()) -> None:
+        st = self.st
+        st.cap.commit()
+        st.ledger.charge(r.queue, fit.flavor, fit.milli)
+        st.running[r.id] = RunEntry(
+            id=r.id, queue=r.queue, tier=r.tier, preemptible=r.preemptible, pool=fit.pool, flavor=fit.flavor,
+            milli=fit.milli, slots=fit.slots, start=st.now, end_estimate=st.now + r.duration_s,
+        )
+        details: dict[str, Any] = {
+            "pool": fit.pool, "flavor": fit.flavor, "gpus": fit.milli / 1000, "pods": len(fit.slots),
+            "queue": r.queue.name, "priority": r.tier.name,
+        }
+        if victims:
+            code = ReasonCode.ADMITTED_AFTER_PREEMPTION
+            details["victim_count"] = len(victims)
+        elif fit.backfill_for is not None:
+            code = ReasonCode.ADMITTED_BACKFILL
+            details["reserved_for"] = fit.backfill_for
+        elif fit.borrowing:
+            code = ReasonCode.ADMITTED_BORROWING
+            details["cohort"] = r.queue.cohort
+        else:
+            code = ReasonCode.ADMITTED_WITHIN_NOMINAL
+        if fit.borrowing:
+            details["borrowing"] = True
+        self.decisions.append(Decision(
+            DecisionKind.ADMIT, r.id, make_reason(code, details), st.placement(fit.pool, fit.flavor, fit.slots),
+            victims,
+        ))
+
+    def _try_preemption(self, r: Resolved) -> bool:
+        key = (r.queue.name, r.priority, r.options[0].flavor)
+        need = r.required * max(o.milli for o in r.options)
+        if key in self.preempt_memo and need >= self.preempt_memo[key]:
+            return False
+        plan = plan_preemption(self.st, self.admitter, r)
+        if plan is None:
+            self.preempt_memo[key] = min(need, self.preempt_memo.get(key, need))
+            return False
+        grace = self.index.policy.scheduling.preemption.grace_period_s
+        for victim in plan.victims:
+            assert victim.queue is not None and victim.tier is not None
+            same_queue = victim.queue is r.queue
+            code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY if same_queue else ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
+            lost = victim.lost_work_s(self.st.now)
+            self.decisions.append(Decision(DecisionKind.PREEMPT, victim.id, make_reason(code, {
+                "preemptor": r.id, "preemptor_priority": r.priority, "preemptor_queue": r.queue.name,
+                "priority": victim.tier.value, "queue": victim.queue.name, "flavor": victim.flavor,
+                "lost_work_s": lost, "lost_gpu_seconds": lost * victim.gpus, "grace_period_s": grace,
+            })))
+            del self.st.running[victim.id]
+        self.admitter.forget()
+        self.preempt_memo.clear()
+        self._admit(r, plan.fit, tuple(v.id for v in plan.victims))
+        return True
+
+    def _block(self, r: Resolved, failures: list[Failure], position: int) -> None:
+        best = min(failures, key=lambda f: _FAILURE_RANK.get(f.code, 99))
+        details: dict[str, Any] = {**best.details, "queue": r.queue.name, "queue_position": position}
+        if len(failures) > 1:
+            details["all_failures"] = [
+                {"flavor": f.flavor, "pool": f.pool, "reason": f.code.value} for f in failures
+            ]
+        blocked_on = [f.pool for f in failures if f.code in CAPACITY_CODES and f.pool is not None]
+        if blocked_on and self.mode == "strict":
+            for pool in blocked_on:
+                self.blocked_pools.setdefault(pool, r.id)
+        if blocked_on and self.mode == "easy":
+            reservation = self._reserve(r, blocked_on)
+            if reservation is not None:
+                details.update({
+                    "pool": reservation.pool, "start": reservation.start,
+                    "wait_s": reservation.start - self.st.now,
+                    "reserved_gpus": sum(len(g) for g in reservation.gpus.values()),
+                    "blocked_by": best.code.value,
+                })
+                self._wait(r.id, ReasonCode.RESERVED, details)
+                return
+        self._wait(r.id, best.code, details)
+
+    def _reserve(self, r: Resolved, pools: list[str]) -> Reservation | None:
+        for pool in pools:
+            if pool in self.st.reservations:
+                continue
+            reservation = find_reservation(self.st, r, pool)
+            if reservation is not None:
+                self.st.reservations[pool] = reservation
+                self.admitter.forget()
+                return reservation
+        return None
+
+    def _wait(self, workload_id: str, code: ReasonCode, details: Mapping[str, Any]) -> None:
+        self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
+
+
+_QUOTA_PREEMPTABLE = frozenset({
+    ReasonCode.COHORT_QUOTA_EXHAUSTED, ReasonCode.BORROWING_LIMIT_EXCEEDED, ReasonCode.QUOTA_NOMINAL_EXCEEDED,
+})

@@ -1,0 +1,129 @@
+"""Gang placement on one pool: all pods or none, best-fit bin-packing, topology domains, MIG slices.
+
+Every function here changes the CapacityIndex as it places; on failure it rolls its own changes back,
+so a caller sees either a full placement or an unchanged index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplane.model.decision import ReasonCode
+from gpuplane.model.workload import TopologyMode
+from gpuplane.scheduler.capacity import CapacityIndex, PoolCapacity
+
+PodSlot = tuple[int, tuple[int, ...], str | None]  # node index, GPU indices, MIG profile
+
+
+@dataclass(slots=True)
+class PlaceResult:
+    """Pods placed, or why not (reason code and the figures behind it)."""
+
+    pods: list[PodSlot] | None
+    code: ReasonCode | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What to place: ``count`` pods (at least ``required``) of whole GPUs or of one MIG profile."""
+
+    count: int
+    required: int
+    gpus_per_pod: int
+    mig_profile: str | None
+    topology: TopologyMode
+
+
+def place(cap: CapacityIndex, pool_name: str, shape: Shape) -> PlaceResult:
+    """Place ``shape`` on ``pool_name`` now, choosing the fewest domains and the fullest nodes that fit."""
+    pool = cap.pools[pool_name]
+    if shape.mig_profile is not None:
+        return _place_mig(cap, pool, shape)
+    return _place_whole(cap, pool, shape)
+
+
+def _take(cap: CapacityIndex, pool: PoolCapacity, g: int, pods: int, domain: str | None) -> list[PodSlot]:
+    slots: list[PodSlot] = []
+    for _ in range(pods):
+        node = pool.best_fit(g, domain)
+        assert node is not None, "capacity was counted before taking"
+        slots.append((node, cap.take_whole(node, g), None))
+    return slots
+
+
+def _place_whole(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
+    g = shape.gpus_per_pod
+    total = pool.pods_capacity(g)
+    if total < shape.required:
+        return PlaceResult(
+            None,
+            ReasonCode.INSUFFICIENT_CAPACITY,
+            {"pool": pool.name, "pods_that_fit": total, "pods_needed": shape.required, "gpus_per_pod": g,
+             "free_gpus": pool.free_gpus()},
+        )
+    want = min(shape.count, total)
+    if want == 1 or shape.topology is TopologyMode.NONE or len(pool.domains) == 1:
+        return PlaceResult(_take(cap, pool, g, want, None))
+    fitting: tuple[int, str] | None = None
+    largest: tuple[int, str] | None = None
+    for domain in pool.domains:
+        room = pool.pods_capacity(g, domain)
+        if room >= want and (fitting is None or room < fitting[0]):
+            fitting = (room, domain)
+        if largest is None or room > largest[0]:
+            largest = (room, domain)
+    if fitting is not None:
+        return PlaceResult(_take(cap, pool, g, want, fitting[1]))
+    assert largest is not None
+    if shape.topology is TopologyMode.REQUIRED:
+        if largest[0] >= shape.required:
+            return PlaceResult(_take(cap, pool, g, largest[0], largest[1]))
+        return PlaceResult(
+            None,
+            ReasonCode.TOPOLOGY_UNSATISFIABLE,
+            {"pool": pool.name, "pods_needed": shape.required, "largest_domain_fits": largest[0],
+             "pods_that_fit": total},
+        )
+    rooms = sorted(((pool.pods_capacity(g, d), d) for d in pool.domains), key=lambda r: (-r[0], r[1]))
+    slots: list[PodSlot] = []
+    for room, domain in rooms:
+        if len(slots) == want or room == 0:
+            break
+        slots.extend(_take(cap, pool, g, min(room, want - len(slots)), domain))
+    return PlaceResult(slots)
+
+
+def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
+    profile = shape.mig_profile
+    assert profile is not None and pool.geometry is not None
+    spec = pool.geometry.profiles[profile]
+    mark = cap.mark()
+    slots: list[PodSlot] = []
+    for _ in range(shape.count):
+        best: tuple[int, int, int] | None = None
+        for node, gpu in pool.sliced:
+            if not cap.schedulable[node]:
+                continue
+            room = cap.mig_room(node, gpu, spec.compute_slices, spec.memory_slices)
+            if room is not None and (best is None or (room, node, gpu) < best):
+                best = (room, node, gpu)
+        if best is not None:
+            node, gpu = best[1], best[2]
+        else:
+            fresh = pool.best_fit(1)
+            if fresh is None:
+                break
+            node, gpu = fresh, cap.free[fresh][0]
+        cap.take_mig(node, gpu, profile)
+        slots.append((node, (gpu,), profile))
+    if len(slots) < shape.required:
+        cap.rollback(mark)
+        return PlaceResult(
+            None,
+            ReasonCode.INSUFFICIENT_CAPACITY,
+            {"pool": pool.name, "mig_profile": profile, "slices_that_fit": len(slots),
+             "slices_needed": shape.required},
+        )
+    return PlaceResult(slots)

@@ -1,0 +1,160 @@
+"""A pending workload with the policy's defaults applied and its eligible pools worked out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplane.model.gpu import MILLI_PER_GPU
+from gpuplane.model.workload import TopologyMode, Workload
+from gpuplane.scheduler.index import PolicyIndex, PoolInfo, QueueInfo, TierInfo
+
+
+class InvalidWorkload(ValueError):
+    """A workload that names an unknown queue, tier or pool, or asks for an impossible shape."""
+
+
+@dataclass(slots=True)
+class FlavorOption:
+    """One quota flavor a workload may run under, the pools that provide it, and its charge."""
+
+    flavor: str
+    pools: list[PoolInfo]
+    milli: int
+
+
+@dataclass(slots=True)
+class Resolved:
+    """Everything the cycle needs to know about one workload, computed once."""
+
+    workload: Workload
+    queue: QueueInfo
+    tier: TierInfo
+    preemptible: bool
+    gang: bool
+    duration_s: float
+    topology: TopologyMode
+    count: int
+    required: int
+    gpus_per_pod: int
+    mig_profile: str | None
+    options: list[FlavorOption]
+    rejected_pools: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """The workload id."""
+        return self.workload.id
+
+    @property
+    def priority(self) -> int:
+        """The workload's priority value."""
+        return self.tier.value
+
+
+def _pool_rejection(w: Workload, pool: PoolInfo, index: PolicyIndex, allow_spot: bool) -> str | None:
+    """Why ``pool`` cannot take ``w`` (None when it can)."""
+    if w.klass.value not in pool.classes:
+        return f"pool takes only {', '.join(sorted(pool.classes))} workloads, not {w.klass.value}"
+    for key, value, effect in pool.hard_taints:
+        if not any(t.tolerates(key, value, effect) for t in w.tolerations):
+            return f"taint {key}={value}:{effect} not tolerated"
+    for key, value in w.node_selector.items():
+        if pool.labels.get(key) != value:
+            return f"node selector {key}={value} does not match the pool's labels"
+    if pool.capacity_type == "spot":
+        if not allow_spot:
+            return f"{w.klass.value} workloads may not run on spot"
+        limit = index.policy.checkpoint.spot_max_interval_s
+        if w.checkpoint_interval_s is None or w.checkpoint_interval_s > limit:
+            return f"spot needs a checkpoint at least every {limit:g} s"
+    if w.pods.mig_profile is not None:
+        if w.pods.mig_profile not in pool.mig_profiles:
+            return f"pool offers no MIG profile {w.pods.mig_profile}"
+    elif w.pods.gpus_per_pod > pool.gpus_per_node:
+        return f"pod needs {w.pods.gpus_per_pod} GPUs, nodes have {pool.gpus_per_node}"
+    return None
+
+
+def resolve(w: Workload, index: PolicyIndex) -> Resolved:
+    """Apply class and tier defaults to ``w`` and list the flavors and pools it may use, in team order.
+
+    Raises InvalidWorkload when the workload cannot be scheduled under this policy at all.
+    """
+    queue = index.queues.get(w.queue)
+    if queue is None:
+        raise InvalidWorkload(f"unknown queue '{w.queue}'; known: {', '.join(sorted(index.queues))}")
+    klass = index.policy.workload_classes.get(w.klass.value)
+    tier_name = w.priority or klass.default_priority or index.policy.default_priority
+    tier = index.tiers.get(tier_name)
+    if tier is None:
+        raise InvalidWorkload(f"unknown priority tier '{tier_name}'; known: {', '.join(sorted(index.tiers))}")
+    pods = w.pods
+    if pods.count < 1 or (pods.min_count is not None and not 1 <= pods.min_count <= pods.count):
+        raise InvalidWorkload("pods.count must be >= 1 and 1 <= pods.min_count <= pods.count")
+    if pods.mig_profile is None and pods.gpus_per_pod < 1:
+        raise InvalidWorkload("pods.gpus_per_pod must be >= 1 (or ask for a MIG profile)")
+    gang = klass.gang
+    required = pods.required_count if gang else (pods.min_count or 1)
+    preemptible = tier.preemptible and (klass.preemptible if w.preemptible is None else w.preemptible)
+    restrict = set(w.pools) if w.pools is not None else None
+    if restrict is not None:
+        unknown = restrict - set(index.pools)
+        if unknown:
+            raise InvalidWorkload(f"unknown pools {sorted(unknown)}")
+    spot_ok = w.checkpoint_interval_s is not None and (
+        w.checkpoint_interval_s <= index.policy.checkpoint.spot_max_interval_s
+    )
+    key = (
+        queue.name, w.klass, w.tolerations, tuple(sorted(w.node_selector.items())), w.pools,
+        pods.mig_profile, pods.gpus_per_pod, spot_ok,
+    )
+    cached = index.eligibility_cache.get(key)
+    if cached is None:
+        cached = _eligible(w, queue, index, klass.allow_spot)
+        index.eligibility_cache[key] = cached
+    options, rejected = cached
+    return Resolved(
+        workload=w,
+        queue=queue,
+        tier=tier,
+        preemptible=preemptible,
+        gang=gang,
+        duration_s=w.estimated_duration_s or klass.default_duration_s,
+        topology=w.topology or TopologyMode(klass.topology),
+        count=pods.count,
+        required=required,
+        gpus_per_pod=pods.gpus_per_pod if pods.mig_profile is None else 0,
+        mig_profile=pods.mig_profile,
+        options=options,
+        rejected_pools=rejected,
+    )
+
+
+def _eligible(
+    w: Workload, queue: QueueInfo, index: PolicyIndex, allow_spot: bool
+) -> tuple[list[FlavorOption], dict[str, str]]:
+    """The flavors (in the team's pool order) whose pools can take ``w``, and why the others cannot."""
+    pods = w.pods
+    restrict = set(w.pools) if w.pools is not None else None
+    options: dict[str, FlavorOption] = {}
+    rejected: dict[str, str] = {}
+    for pool_name in queue.pools:
+        pool = index.pools[pool_name]
+        if restrict is not None and pool_name not in restrict:
+            rejected[pool_name] = "not in the workload's pools"
+            continue
+        why = _pool_rejection(w, pool, index, allow_spot)
+        if why is not None:
+            rejected[pool_name] = why
+            continue
+        if pods.mig_profile is not None:
+            assert pool.mig is not None
+            milli = pool.mig.quota_milli(pods.mig_profile)
+        else:
+            milli = pods.gpus_per_pod * MILLI_PER_GPU
+        option = options.setdefault(pool.flavor, FlavorOption(pool.flavor, [], milli))
+        option.pools.append(pool)
+    if restrict is not None:
+        for pool_name in sorted(restrict - set(queue.pools)):
+            rejected[pool_name] = f"queue '{queue.name}' may not use this pool"
+    return list(options.values()), rejected

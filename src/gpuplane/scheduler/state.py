@@ -1,0 +1,152 @@
+"""The working state of one scheduling cycle: capacity, quota, running work and reservations."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuplane.model.cluster import ClusterSnapshot
+from gpuplane.model.gpu import MILLI_PER_GPU
+from gpuplane.model.placement import Placement, PodPlacement
+from gpuplane.model.workload import RunningWorkload
+from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
+from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo
+from gpuplane.scheduler.placement import PodSlot
+from gpuplane.scheduler.quota import QuotaLedger
+from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+
+
+@dataclass(slots=True)
+class RunEntry:
+    """A workload holding GPUs, as the cycle tracks it (snapshot's running work plus this cycle's admits)."""
+
+    id: str
+    queue: QueueInfo | None
+    tier: TierInfo | None
+    preemptible: bool
+    pool: str
+    flavor: str
+    milli: int
+    slots: list[PodSlot]
+    start: float
+    end_estimate: float
+    last_checkpoint: float | None = None
+
+    def lost_work_s(self, now: float) -> float:
+        """Progress lost if stopped now: time since the last checkpoint, or since start."""
+        since = self.start if self.last_checkpoint is None else max(self.start, self.last_checkpoint)
+        return max(0.0, now - since)
+
+    @property
+    def gpus(self) -> float:
+        """GPUs held, MIG slices counted by their quota charge."""
+        return self.milli / MILLI_PER_GPU
+
+
+@dataclass(slots=True)
+class Reservation:
+    """GPUs kept free now for a blocked gang that is expected to start at ``start`` (EASY backfill)."""
+
+    workload_id: str
+    pool: str
+    start: float
+    gpus: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+class CycleState:
+    """Capacity, quota and running work for one cycle, built from a snapshot."""
+
+    def __init__(self, index: PolicyIndex, snapshot: ClusterSnapshot) -> None:
+        self.index = index
+        self.now = snapshot.now
+        self.cap = CapacityIndex(index, snapshot.nodes)
+        self.ledger = QuotaLedger(index)
+        self.running: dict[str, RunEntry] = {}
+        self.reservations: dict[str, Reservation] = {}
+        self.flavor_capacity: dict[str, int] = {}
+        for node in snapshot.nodes:
+            flavor = index.pools[node.pool].flavor
+            self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
+        for run in snapshot.running:
+            self._add_running(run.workload.id, run)
+
+    def _add_running(self, wid: str, run: RunningWorkload) -> None:
+        if wid in self.running:
+            raise SnapshotError(f"workload {wid} is listed as running twice")
+        placement = run.placement
+        pool = self.index.pools.get(placement.pool)
+        if pool is None:
+            raise SnapshotError(f"running workload {wid}: unknown pool '{placement.pool}'")
+        slots: list[PodSlot] = []
+        milli = 0
+        for pod in placement.pods:
+            node = self.cap.by_name.get(pod.node)
+            if node is None:
+                raise SnapshotError(f"running workload {wid}: unknown node '{pod.node}'")
+            if self.cap.node_pool[node] != placement.pool:
+                raise SnapshotError(f"running workload {wid}: node {pod.node} is not in pool {placement.pool}")
+            if pod.mig_profile is None:
+                self.cap.take_specific(node, pod.gpus)
+                milli += len(pod.gpus) * MILLI_PER_GPU
+            else:
+                if len(pod.gpus) != 1 or pool.mig is None or pod.mig_profile not in pool.mig.profiles:
+                    raise SnapshotError(f"running workload {wid}: bad MIG placement {pod}")
+                self.cap.take_mig(node, pod.gpus[0], pod.mig_profile)
+                milli += pool.mig.quota_milli(pod.mig_profile)
+            slots.append((node, tuple(pod.gpus), pod.mig_profile))
+        self.cap.commit()
+        try:
+            resolved = resolve(run.workload, self.index)
+            queue, tier, preemptible = resolved.queue, resolved.tier, resolved.preemptible
+            duration = resolved.duration_s
+        except InvalidWorkload:
+            queue, tier, preemptible = None, None, False
+            duration = self.index.policy.workload_classes.get(run.workload.klass.value).default_duration_s
+        if queue is not None:
+            self.ledger.charge(queue, placement.flavor, milli)
+        self.running[wid] = RunEntry(
+            id=wid, queue=queue, tier=tier, preemptible=preemptible, pool=placement.pool,
+            flavor=placement.flavor, milli=milli, slots=slots, start=run.start_time,
+            end_estimate=run.start_time + duration, last_checkpoint=run.last_checkpoint_time,
+        )
+
+    def expected_end(self, entry: RunEntry) -> float:
+        """When ``entry`` is expected to free its GPUs; overrunning work gets a fixed extension."""
+        if entry.end_estimate > self.now:
+            return entry.end_estimate
+        return self.now + self.index.policy.scheduling.backfill.overrun_extension_s
+
+    def free_slots(self, slots: list[PodSlot]) -> None:
+        """Give ``slots`` back to the capacity index."""
+        for node, gpus, mig in slots:
+            if mig is None:
+                self.cap.give_whole(node, gpus)
+            else:
+                self.cap.give_mig(node, gpus[0], mig)
+
+    def take_slots(self, slots: list[PodSlot]) -> None:
+        """Take exactly ``slots`` from the capacity index (they must be free)."""
+        for node, gpus, mig in slots:
+            if mig is None:
+                self.cap.take_specific(node, gpus)
+            else:
+                self.cap.take_mig(node, gpus[0], mig)
+
+    def release(self, entry: RunEntry) -> None:
+        """Free a running entry's GPUs and quota (tentatively or for real)."""
+        self.free_slots(entry.slots)
+        if entry.queue is not None:
+            self.ledger.release(entry.queue, entry.flavor, entry.milli)
+
+    def reacquire(self, entry: RunEntry) -> None:
+        """Undo ``release`` for an entry whose GPUs are still free."""
+        self.take_slots(entry.slots)
+        if entry.queue is not None:
+            self.ledger.charge(entry.queue, entry.flavor, entry.milli)
+
+    def placement(self, pool: str, flavor: str, slots: list[PodSlot]) -> Placement:
+        """The model Placement of ``slots``."""
+        names = self.cap.names
+        return Placement(
+            pool=pool, flavor=flavor,
+            pods=tuple(PodPlacement(names[node], gpus, mig) for node, gpus, mig in slots),
+        )
