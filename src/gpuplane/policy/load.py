@@ -3,36 +3,44 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from gpuplane.policy import schema
 from gpuplane.policy.errors import Path, PolicyError, PolicyIssue
 from gpuplane.policy.schema import PolicySpec
 from gpuplane.policy.validate import check_policy
 from gpuplane.policy.yamlsource import LineMap, parse_yaml
 
 
-def _known_fields() -> list[str]:
-    names: set[str] = set()
-    for value in vars(schema).values():
-        if isinstance(value, type) and issubclass(value, BaseModel):
-            names.update(value.model_fields)
-    return sorted(names)
+def _field_names(model: type[BaseModel], seen: set[type[BaseModel]] | None = None) -> set[str]:
+    """Every field name of ``model`` and of the models nested in it (for did-you-mean hints)."""
+    seen = set() if seen is None else seen
+    if model in seen:
+        return set()
+    seen.add(model)
+    names = set(model.model_fields)
+    for info in model.model_fields.values():
+        stack: list[Any] = [info.annotation]
+        while stack:
+            annotation = stack.pop()
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                names |= _field_names(annotation, seen)
+            stack.extend(get_args(annotation))
+    return names
 
 
-_KNOWN_FIELDS = _known_fields()
+M = TypeVar("M", bound=BaseModel)
 
 
-def _fix_for(error: Any) -> str:
+def _fix_for(error: Any, known: list[str]) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     field = str(error["loc"][-1]) if error["loc"] else "field"
     if kind == "missing":
         return f"add the field '{field}'"
     if kind == "extra_forbidden":
-        close = difflib.get_close_matches(field, _KNOWN_FIELDS, n=1)
+        close = difflib.get_close_matches(field, known, n=1)
         return f"did you mean '{close[0]}'?" if close else "remove it (see docs/policy.md for the fields)"
     if kind in ("int_parsing", "int_type", "int_from_float"):
         return "write a whole number"
@@ -72,29 +80,36 @@ def _label(path: Path, data: Any) -> str:
     return out or "(top level)"
 
 
-def _located(issues: list[PolicyIssue], lines: LineMap, data: Any) -> list[PolicyIssue]:
+def locate(issues: list[PolicyIssue], lines: LineMap, data: Any) -> list[PolicyIssue]:
+    """Attach line numbers and named paths to issues found on ``data``."""
     return [PolicyIssue(i.path, i.message, i.fix, lines.line_of(i.path), _label(i.path, data)) for i in issues]
+
+
+def parse_document(text: str, filename: str, model: type[M], example: str) -> tuple[M, Any, LineMap]:
+    """Validate YAML (or JSON) text against ``model``; PolicyError lists every problem with its line.
+
+    Returns the model, the raw data and the line map, so callers can locate their own later checks.
+    """
+    data, lines = parse_yaml(text, filename)
+    if not isinstance(data, dict):
+        raise PolicyError(filename, [PolicyIssue((), "the file must be a YAML mapping", f"start from {example}", 1)])
+    try:
+        return model.model_validate(data), data, lines
+    except ValidationError as exc:
+        known = sorted(_field_names(model))
+        issues = [
+            PolicyIssue(tuple(e["loc"]), _message_for(e), _fix_for(e, known))
+            for e in exc.errors(include_url=False)
+        ]
+        raise PolicyError(filename, locate(issues, lines, data)) from None
 
 
 def parse_policy(text: str, filename: str = "<policy>") -> PolicySpec:
     """Validate policy YAML text into a PolicySpec; raise PolicyError listing every problem with its line."""
-    data, lines = parse_yaml(text, filename)
-    if not isinstance(data, dict):
-        raise PolicyError(
-            filename,
-            [PolicyIssue((), "the policy must be a YAML mapping", "start from examples/platform.yaml", 1)],
-        )
-    try:
-        policy = PolicySpec.model_validate(data)
-    except ValidationError as exc:
-        issues = [
-            PolicyIssue(tuple(e["loc"]), _message_for(e), _fix_for(e))
-            for e in exc.errors(include_url=False)
-        ]
-        raise PolicyError(filename, _located(issues, lines, data)) from None
+    policy, data, lines = parse_document(text, filename, PolicySpec, "examples/platform.yaml")
     semantic = check_policy(policy)
     if semantic:
-        raise PolicyError(filename, _located(semantic, lines, data))
+        raise PolicyError(filename, locate(semantic, lines, data))
     return policy
 
 

@@ -41,6 +41,15 @@ class Admitter:
     def __init__(self, state: CycleState) -> None:
         self.state = state
         self._memo: dict[tuple[object, ...], tuple[int, PlaceResult]] = {}
+        self.trial = False
+
+    def begin_trial(self) -> None:
+        """Capacity is tentatively freed (a preemption search): cached failures must not be used or made."""
+        self.trial = True
+
+    def end_trial(self) -> None:
+        """The tentative changes were rolled back or committed (the caller forgets the cache if committed)."""
+        self.trial = False
 
     def forget(self) -> None:
         """Capacity was freed (preemption) or a reservation changed: cached failures no longer hold."""
@@ -87,7 +96,7 @@ class Admitter:
         masked = reservation is not None and reservation.workload_id != r.id
         outlasts = masked and st.now + r.duration_s > reservation.start  # type: ignore[union-attr]
         key = (pool, shape.gpus_per_pod, shape.mig_profile, shape.topology, outlasts)
-        cached = self._memo.get(key)
+        cached = None if self.trial else self._memo.get(key)
         if cached is not None and shape.required >= cached[0]:
             return cached[1], None
         if not outlasts:
@@ -96,7 +105,8 @@ class Admitter:
             assert reservation is not None
             result = self._place_around(reservation, pool, shape)
         if result.pods is None:
-            self._memo[key] = (shape.required, result)
+            if not self.trial:
+                self._memo[key] = (shape.required, result)
             return result, None
         return result, reservation.workload_id if masked and reservation is not None else None
 

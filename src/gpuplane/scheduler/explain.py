@@ -7,7 +7,7 @@ from typing import Any
 from gpuplane.model.decision import DecisionKind
 from gpuplane.scheduler.cycle import CycleResult
 
-_HIDDEN = {"all_failures", "rejected_pools"}
+_HIDDEN = {"all_failures", "rejected_pools", "pools"}
 
 
 def explain_dict(result: CycleResult, workload_id: str) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """Preemption: the fewest, lowest-priority, cheapest-to-lose victims that let a blocked workload start.
 
+Victims are tried in order of tier (lowest first), then work lost since their last checkpoint (or start,
+so a recent checkpoint or a recent start both make a cheap victim), then most recent start.
+
 Allowed victims (and nothing else):
 1. preemptible work of the same queue whose tier is lower and listed in the preemptor's ``may_preempt``;
 2. preemptible work of another queue of the same cohort that is borrowing the flavor, when the preemptor
@@ -28,7 +31,6 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption) -> list[RunEn
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
     quota = r.queue.quota(option.flavor)
     within_nominal = st.ledger.usage[r.queue.name][option.flavor] + option.milli * r.required <= quota.nominal
-    recent = st.index.policy.checkpoint.recent_s
     found = []
     for e in st.running.values():
         if e.flavor != option.flavor or not e.preemptible or e.queue is None or e.tier is None:
@@ -45,7 +47,7 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption) -> list[RunEn
             and st.ledger.borrowing(e.queue, option.flavor)
         ):
             found.append(e)
-    found.sort(key=lambda e: (e.tier.value if e.tier else 0, e.lost_work_s(st.now) > recent, -e.start, e.id))
+    found.sort(key=lambda e: (e.tier.value if e.tier else 0, e.lost_work_s(st.now), -e.start, e.id))
     return found
 
 
@@ -61,6 +63,14 @@ def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> Preempti
     spared (most valuable first), which leaves a minimal set. On success the victims are released and
     the placement is taken in the cycle state; on failure the state is unchanged.
     """
+    admitter.begin_trial()
+    try:
+        return _plan(st, admitter, r)
+    finally:
+        admitter.end_trial()
+
+
+def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
     for option in r.options:
         candidates = _candidates(st, r, option)
         if not candidates:

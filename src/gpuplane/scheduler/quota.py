@@ -26,8 +26,9 @@ class QuotaVerdict:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _gpus(milli: int) -> float:
-    return round(milli / 1000, 3)
+def _gpus(milli: int) -> float | int:
+    gpus = round(milli / 1000, 3)
+    return int(gpus) if gpus == int(gpus) else gpus
 
 
 class QuotaLedger:

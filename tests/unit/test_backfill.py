@@ -1,0 +1,75 @@
+"""Backfill: EASY reservations keep large gangs from starving; greedy and strict modes for comparison."""
+
+from __future__ import annotations
+
+from gpuplane.model import RunningWorkload
+from tests.unit.fixtures import codes, cycle, job, nodes, policy
+
+
+def busy(p, node_list, ends, gpus=None):
+    """One batch job per entry of ``ends`` (its estimated end time), 8 GPUs each unless ``gpus`` says."""
+    out = []
+    for i, end in enumerate(ends):
+        w = job(f"run{i}", queue="b", klass="batch", t=-1000 + i, estimated_duration_s=end + 1000,
+                gpus=gpus[i] if gpus else 8)
+        res = cycle(p, node_list, [w], out, now=-1000)
+        out.append(RunningWorkload(w, res.admitted[0].placement, -1000))
+    return out
+
+
+def scenario(mode):
+    p = policy(scheduling={"backfill": {"mode": mode}})
+    node_list = nodes(p, train=4)
+    run = busy(p, node_list, [100, 5000])  # two nodes busy: one frees at t=100, one at t=5000
+    pending = [
+        job("gang", pods=3, klass="batch", t=0, estimated_duration_s=3600),
+        job("short", gpus=8, klass="batch", t=1, estimated_duration_s=50),
+        job("long", gpus=8, klass="batch", t=2, estimated_duration_s=9000),
+    ]
+    return cycle(p, node_list, pending, run, now=0)
+
+
+def test_easy_backfill_reserves_for_the_blocked_gang():
+    res = scenario("easy")
+    c = codes(res)
+    assert c["gang"] == "reserved"
+    gang = res.for_workload("gang")[0].reason.details
+    assert gang["start"] == 100 and gang["reserved_gpus"] == 16
+    assert c["short"] == "admitted_backfill"  # ends at t=50, before the reservation
+    assert c["long"] == "would_delay_reservation"
+    (view,) = res.reservations
+    assert view.workload_id == "gang" and view.start == 100
+
+
+def test_greedy_mode_lets_the_long_job_jump_ahead():
+    c = codes(scenario("greedy"))
+    assert c["long"].startswith("admitted") and c["gang"] == "insufficient_capacity"
+
+
+def test_strict_mode_blocks_everything_behind_the_head():
+    c = codes(scenario("strict"))
+    assert c["gang"] == "insufficient_capacity"
+    assert c["short"] == "blocked_by_queue_head" and c["long"] == "blocked_by_queue_head"
+
+
+def test_long_job_may_run_on_gpus_the_reservation_does_not_need():
+    p = policy()
+    node_list = nodes(p, train=4)
+    run = busy(p, node_list, [100, 5000, 5000], gpus=[8, 8, 4])
+    pending = [job("gang", pods=2, klass="batch", t=0), job("long", gpus=4, klass="batch", t=2,
+                                                             estimated_duration_s=9000)]
+    res = cycle(p, node_list, pending, run, now=0)
+    c = codes(res)
+    # one whole node is free now and one frees at t=100: the gang reserves the free node only, so
+    # the 4 GPUs left on the half-used node can run the long job without delaying the gang
+    assert c["gang"] == "reserved" and res.reservations[0].reserved_gpus == 8
+    assert c["long"] == "admitted_backfill"
+
+
+def test_overrunning_jobs_are_expected_to_end_soon():
+    p = policy()
+    node_list = nodes(p, train=2)
+    run = busy(p, node_list, [-10, -10])  # both estimates already passed
+    res = cycle(p, node_list, [job("gang", pods=2, klass="batch")], run, now=0)
+    details = res.for_workload("gang")[0].reason.details
+    assert details["start"] == p.scheduling.backfill.overrun_extension_s

@@ -1,0 +1,128 @@
+"""The policy file: the example is valid, and every kind of mistake gets a located, actionable error."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuplane.cli import main
+from gpuplane.io.policy_file import load_policy
+from gpuplane.policy import PolicyError, parse_policy
+from tests.unit.fixtures import BASE_POLICY
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "platform.yaml"
+
+
+def errors_of(data: dict) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        parse_policy(yaml.safe_dump(data, sort_keys=False), "p.yaml")
+    return [i.render("p.yaml") for i in info.value.issues]
+
+
+def test_example_policy_is_valid_and_realistic():
+    policy = load_policy(str(EXAMPLE))
+    assert len(policy.pools) == 3 and len(policy.teams) == 4 and len(policy.priorities) == 3
+    assert {p.capacity_type for p in policy.pools} == {"reserved", "spot", "on-demand"}
+    platform = next(t for t in policy.teams if t.name == "platform")
+    assert all(q.lending_limit == 0 for q in platform.quotas.values())
+
+
+def test_unknown_pool_in_team_names_field_and_choices():
+    data = copy.deepcopy(BASE_POLICY)
+    data["teams"][0]["pools"] = ["train", "spot", "trian"]
+    (error,) = errors_of(data)
+    assert "teams[0](a).pools[2]" in error and "unknown pool 'trian'" in error
+    assert "Fix: use one of: infer, spot, train" in error
+
+
+def test_borrowing_limit_without_cohort():
+    data = copy.deepcopy(BASE_POLICY)
+    data["teams"][2]["quotas"]["h100-infer"]["borrowing_limit"] = 8
+    (error,) = errors_of(data)
+    assert "teams[2](serve).quotas.h100-infer.borrowing_limit" in error
+    assert "without a cohort" in error and "set teams[serve].cohort" in error
+
+
+def test_mig_profile_on_gpu_without_mig():
+    data = copy.deepcopy(BASE_POLICY)
+    data["pools"][2]["mig_profiles"] = ["1g.10gb"]
+    (error,) = errors_of(data)
+    assert "pools[2](spot).mig_profiles[0]" in error and "has no MIG profiles" in error
+
+
+def test_quotas_exceeding_the_pools_maximum():
+    data = copy.deepcopy(BASE_POLICY)
+    data["teams"][1]["quotas"]["h100"]["nominal"] = 100
+    (error,) = errors_of(data)
+    assert "add up to 132 GPUs" in error and "at most 128" in error
+    assert "raise max_nodes" in error
+
+
+def test_lending_limit_above_nominal_and_unknown_tier():
+    data = copy.deepcopy(BASE_POLICY)
+    data["teams"][0]["quotas"]["h100"]["lending_limit"] = 40
+    data["priorities"][0]["may_preempt"] = ["normal", "lowest"]
+    errors = errors_of(data)
+    assert any("lending_limit 40 is above the nominal quota 32" in e for e in errors)
+    assert any("priorities[0](high).may_preempt[1]" in e and "unknown priority tier 'lowest'" in e for e in errors)
+
+
+def test_preempting_a_non_preemptible_or_higher_tier_is_rejected():
+    data = copy.deepcopy(BASE_POLICY)
+    data["priorities"][1]["may_preempt"] = ["high"]
+    (error,) = errors_of(data)
+    assert "may not preempt 'high'" in error
+
+
+def test_typo_in_field_name_suggests_the_right_one():
+    data = copy.deepcopy(BASE_POLICY)
+    data["pools"][0]["gpus_per_nod"] = 8
+    errors = errors_of(data)
+    assert any("unknown field 'gpus_per_nod'" in e and "did you mean 'gpus_per_node'" in e for e in errors)
+
+
+def test_errors_carry_the_yaml_line():
+    text = EXAMPLE.read_text().replace("max_nodes: 24", "max_nodes: lots")
+    with pytest.raises(PolicyError) as info:
+        parse_policy(text, "platform.yaml")
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "max_nodes: lots" in row)
+    (issue,) = info.value.issues
+    assert issue.line == line
+    assert issue.render("platform.yaml").startswith(f"platform.yaml:{line}: pools[1](spot-a100).max_nodes")
+
+
+def test_yaml_syntax_error_is_located():
+    with pytest.raises(PolicyError) as info:
+        parse_policy("pools:\n  - name: [unclosed\n", "bad.yaml")
+    assert info.value.issues[0].line is not None
+    assert "invalid YAML" in str(info.value)
+
+
+def test_all_problems_reported_at_once():
+    data = copy.deepcopy(BASE_POLICY)
+    data["teams"][0]["pools"] = ["nope"]
+    data["pools"][0]["gpu_model"] = "b200"
+    data["default_priority"] = "urgent"
+    assert len(errors_of(data)) >= 3
+
+
+def test_spot_rate_on_on_demand_pool():
+    data = copy.deepcopy(BASE_POLICY)
+    data["pools"][0]["spot_interruption_rate_per_hour"] = 0.1
+    (error,) = errors_of(data)
+    assert "set capacity_type: spot" in error
+
+
+def test_cli_check_exit_codes(tmp_path, capsys):
+    assert main(["check", str(EXAMPLE)]) == 0
+    assert "valid" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(EXAMPLE.read_text().replace("pools: [inference-a100]", "pools: [inference-a10]"))
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown pool 'inference-a10'" in err and "Traceback" not in err
+    assert main(["check", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read the file" in capsys.readouterr().err

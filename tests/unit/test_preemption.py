@@ -1,0 +1,103 @@
+"""Preemption only where the policy allows it, with the fewest and cheapest victims."""
+
+from __future__ import annotations
+
+from gpuplane.model import RunningWorkload
+from tests.unit.fixtures import codes, cycle, job, kinds, nodes, policy
+
+
+def running(p, node_list, specs, now=0.0):
+    """Admit ``specs`` one by one (start, checkpoint) and return them as running workloads."""
+    out: list[RunningWorkload] = []
+    for w, start, ckpt in specs:
+        res = cycle(p, node_list, [w], out, now=start)
+        (d,) = res.admitted
+        out.append(RunningWorkload(w, d.placement, start, ckpt))
+    return out
+
+
+def test_higher_tier_preempts_lower_tier_in_the_same_queue():
+    p = policy()
+    node_list = nodes(p, train=2)
+    run = running(p, node_list, [(job("low1", klass="batch"), 0, None), (job("low2", klass="batch", t=1), 10, None)])
+    res = cycle(p, node_list, [job("urgent", priority="high", t=20)], run, now=100)
+    assert kinds(res) == {"low2": "preempt", "urgent": "admit"}  # one victim: the most recently started
+    (pre,) = res.preempted
+    assert pre.reason.code.value == "preempted_for_higher_priority"
+    assert pre.reason.details["preemptor"] == "urgent" and pre.reason.details["lost_work_s"] == 90
+    (adm,) = res.admitted
+    assert adm.victims == ("low2",) and adm.reason.code.value == "admitted_after_preemption"
+
+
+def test_prefers_victims_with_a_recent_checkpoint():
+    p = policy()
+    node_list = nodes(p, train=2)
+    run = running(p, node_list, [(job("ckpt", klass="batch"), 0, 95), (job("nockpt", klass="batch", t=1), 10, None)])
+    res = cycle(p, node_list, [job("urgent", priority="high", t=20)], run, now=2000)
+    assert kinds(res)["ckpt"] == "preempt" and "nockpt" not in kinds(res)
+
+
+def test_fewest_victims():
+    p = policy()
+    node_list = nodes(p, train=2)
+    specs = [(job(f"small{i}", gpus=2, klass="batch", t=i), i, None) for i in range(4)]
+    specs.append((job("big", gpus=8, klass="batch", t=9), 9, None))
+    run = running(p, node_list, specs)
+    res = cycle(p, node_list, [job("urgent", gpus=8, priority="high", t=20)], run, now=100)
+    victims = [d.workload_id for d in res.preempted]
+    assert victims == ["big"]
+
+
+def test_non_preemptible_is_never_preempted():
+    p = policy()
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("train-normal"), 0, None)])  # training class: not preemptible
+    res = cycle(p, node_list, [job("urgent", priority="high", t=5)], run, now=10)
+    assert not res.preempted and kinds(res)["urgent"] == "wait"
+
+
+def test_tier_must_list_the_victims_tier():
+    p = policy()
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("normal-batch", klass="batch", priority="normal"), 0, None)])
+    res = cycle(p, node_list, [job("normal2", klass="batch", priority="normal", t=5)], run, now=10)
+    assert not res.preempted  # equal tier never preempts
+
+
+def test_other_queues_are_safe_while_within_their_quota():
+    p = policy()
+    node_list = nodes(p, train=4)
+    run = running(p, node_list, [(job(f"b{i}", queue="b", klass="batch", t=i), i, None) for i in range(4)])
+    # b holds 32 = its nominal: not borrowing, so a's high-priority job may not touch it
+    res = cycle(p, node_list, [job("a-urgent", priority="high", t=20)], run, now=100)
+    assert not res.preempted
+
+
+def test_reclaim_quota_that_another_queue_borrowed():
+    p = policy()
+    node_list = nodes(p, train=8)
+    # b borrows: 6 nodes = 48 GPUs > its nominal 32
+    run = running(p, node_list, [(job(f"b{i}", queue="b", klass="batch", t=i), i, None) for i in range(6)])
+    res = cycle(p, node_list, [job("a1", pods=4, t=20)], run, now=100)
+    victims = [d for d in res.preempted]
+    assert len(victims) == 2  # 16 borrowed GPUs are reclaimed, no more
+    assert all(d.reason.code.value == "preempted_to_reclaim_quota" for d in victims)
+    assert kinds(res)["a1"] == "admit"
+
+
+def test_reclaim_never_pushes_the_borrower_below_nominal():
+    p = policy()
+    node_list = nodes(p, train=5)
+    run = running(p, node_list, [(job(f"b{i}", queue="b", klass="batch", t=i), i, None) for i in range(5)])
+    # b borrows 8; a asks for 24 (within nominal): only one of b's jobs may be reclaimed
+    res = cycle(p, node_list, [job("a1", pods=3, t=20)], run, now=100)
+    assert len(res.preempted) <= 1
+    assert codes(res)["a1"] != "admitted_after_preemption"
+
+
+def test_preemption_disabled():
+    p = policy(scheduling={"preemption": {"enabled": False}})
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("low", klass="batch"), 0, None)])
+    res = cycle(p, node_list, [job("urgent", priority="high", t=5)], run, now=10)
+    assert not res.preempted
