@@ -168,7 +168,7 @@ class _Cycle:
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
         st.running[r.id] = RunEntry(
             id=r.id, queue=r.queue, tier=r.tier, preemptible=r.preemptible, pool=fit.pool, flavor=fit.flavor,
-            milli=fit.milli, slots=fit.slots, start=st.now, end_estimate=st.now + r.duration_s,
+            milli=fit.milli, slots=fit.slots, start=st.now, end_estimate=st.now + r.duration_s, admitted_now=True,
         )
         details: dict[str, Any] = {
             "pool": fit.pool, "flavor": fit.flavor, "gpus": fit.milli / 1000, "pods": len(fit.slots),

@@ -7,7 +7,7 @@ Allowed victims (and nothing else):
 1. preemptible work of the same queue whose tier is lower and listed in the preemptor's ``may_preempt``;
 2. preemptible work of another queue of the same cohort that is borrowing the flavor, when the preemptor
    stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters).
-Non-preemptible work is never a victim.
+Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption) -> list[RunEn
     within_nominal = st.ledger.usage[r.queue.name][option.flavor] + option.milli * r.required <= quota.nominal
     found = []
     for e in st.running.values():
-        if e.flavor != option.flavor or not e.preemptible or e.queue is None or e.tier is None:
+        if e.flavor != option.flavor or not e.preemptible or e.queue is None or e.tier is None or e.admitted_now:
             continue
         if e.queue is r.queue:
             if e.tier.value < r.priority and e.tier.name in r.tier.may_preempt:

@@ -30,6 +30,7 @@ class RunEntry:
     start: float
     end_estimate: float
     last_checkpoint: float | None = None
+    admitted_now: bool = False
 
     def lost_work_s(self, now: float) -> float:
         """Progress lost if stopped now: time since the last checkpoint, or since start."""

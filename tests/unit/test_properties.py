@@ -1,0 +1,172 @@
+"""Invariants of the scheduler over random clusters, policies and workloads, across several cycles.
+
+After every cycle the decisions are applied (admitted work starts, victims stop, some work finishes) and
+checked from the placements alone, independently of the scheduler's own bookkeeping:
+- no whole GPU held twice, no MIG slice beyond its GPU, no GPU both whole-allocated and sliced;
+- no queue above nominal + borrowing limit (nominal when it has no cohort);
+- no lender pushed below its guaranteed quota (nominal - lending limit): the cohort's borrowed total
+  never exceeds what its members lend;
+- gangs all-or-nothing (elastic sets between min_count and count);
+- non-preemptible work never preempted; every pending workload gets exactly one admit or wait.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuplane.model import ClusterSnapshot, DecisionKind, RunningWorkload, TopologyMode
+from gpuplane.scheduler import PolicyIndex, schedule
+from gpuplane.scheduler.resolve import resolve
+from tests.unit.fixtures import BASE_POLICY, SPOT_OK, job, nodes, policy
+
+MIG = {"1g.10gb": (1, 1), "3g.40gb": (3, 4)}
+
+
+@st.composite
+def policies(draw):
+    a_nom = draw(st.integers(0, 60))
+    b_nom = draw(st.integers(0, 60))
+    def quota(nominal):
+        q = {"nominal": nominal}
+        if draw(st.booleans()):
+            q["borrowing_limit"] = draw(st.integers(0, 32))
+        if draw(st.booleans()):
+            q["lending_limit"] = draw(st.integers(0, nominal))
+        return q
+    teams = [
+        {"name": "a", "cohort": "c", "pools": ["train", "spot"], "quotas": {"h100": quota(a_nom), "l4": quota(8)},
+         "allow_nonpreemptible_borrowing": draw(st.booleans())},
+        {"name": "b", "cohort": "c", "pools": ["train", "spot"], "quotas": {"h100": quota(b_nom), "l4": quota(8)}},
+        {"name": "p", "cohort": "c", "pools": ["train"],
+         "quotas": {"h100": {"nominal": 8, "lending_limit": 0, "borrowing_limit": 0}}},
+        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": draw(st.integers(1, 32))}}},
+    ]
+    scheduling = {
+        "fair_sharing": draw(st.booleans()),
+        "backfill": {"mode": draw(st.sampled_from(["easy", "greedy", "strict"]))},
+        "preemption": {"enabled": draw(st.booleans()),
+                       "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"]))},
+    }
+    return policy(teams=teams, scheduling=scheduling)
+
+
+@st.composite
+def workloads(draw, prefix, t):
+    queue = draw(st.sampled_from(["a", "a", "b", "b", "p", "serve"]))
+    if queue == "serve":
+        mig = draw(st.sampled_from([None, "1g.10gb", "3g.40gb"]))
+        return job(f"{prefix}", queue=queue, klass="inference", pods=draw(st.integers(1, 6)),
+                   gpus=draw(st.sampled_from([1, 2, 8])), mig=mig, t=t,
+                   estimated_duration_s=draw(st.integers(60, 20000)))
+    klass = draw(st.sampled_from(["training", "batch"]))
+    pods = draw(st.integers(1, 4))
+    return job(
+        prefix, queue=queue, klass=klass, pods=pods, gpus=draw(st.sampled_from([1, 2, 4, 8])), t=t,
+        priority=draw(st.sampled_from([None, "high", "normal", "low"])),
+        estimated_duration_s=draw(st.integers(60, 20000)),
+        checkpoint_interval_s=draw(st.sampled_from([None, 300, 3600])),
+        tolerations=SPOT_OK if draw(st.booleans()) else (),
+        min_count=draw(st.integers(1, pods)) if pods > 1 and draw(st.booleans()) else None,
+        topology=draw(st.sampled_from([None, TopologyMode.REQUIRED, TopologyMode.NONE])),
+    )
+
+
+def check_capacity(index, node_list, running):
+    gpus = {n.name: n.gpus for n in node_list}
+    pool_of = {n.name: n.pool for n in node_list}
+    whole: set[tuple[str, int]] = set()
+    sliced: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for run in running:
+        for pod in run.placement.pods:
+            assert pool_of[pod.node] == run.placement.pool
+            for g in pod.gpus:
+                assert 0 <= g < gpus[pod.node]
+            if pod.mig_profile is None:
+                for g in pod.gpus:
+                    assert (pod.node, g) not in whole, f"GPU {pod.node}/{g} double-booked"
+                    whole.add((pod.node, g))
+            else:
+                c, m = MIG[pod.mig_profile]
+                used = sliced[(pod.node, pod.gpus[0])]
+                used[0] += c
+                used[1] += m
+                assert used[0] <= 7 and used[1] <= 8, "MIG slices beyond the GPU"
+    assert not whole & set(sliced), "a GPU is both whole-allocated and sliced"
+
+
+def usage_of(index, running):
+    usage: dict[tuple[str, str], int] = defaultdict(int)
+    for run in running:
+        pool = index.pools[run.placement.pool]
+        for pod in run.placement.pods:
+            milli = 1000 * len(pod.gpus) if pod.mig_profile is None else pool.mig.quota_milli(pod.mig_profile)
+            usage[(run.workload.queue, run.placement.flavor)] += milli
+    return usage
+
+
+def check_quota(index, running):
+    usage = usage_of(index, running)
+    drawn: dict[tuple[str, str], int] = defaultdict(int)
+    for (queue, flavor), used in usage.items():
+        q = index.queues[queue]
+        quota = q.quota(flavor)
+        limit = quota.nominal if q.cohort is None else quota.nominal + (
+            10**12 if quota.borrow_limit is None else quota.borrow_limit)
+        assert used <= limit, f"{queue} holds {used} of {flavor}, above {limit}"
+        if q.cohort is not None:
+            drawn[(q.cohort, flavor)] += max(0, used - quota.guaranteed)
+    for key, total in drawn.items():
+        assert total <= index.cohort_lendable.get(key, 0), f"cohort {key} overdrawn: a lender lost its guarantee"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_invariants_hold_over_many_cycles(data):
+    p = data.draw(policies())
+    index = PolicyIndex(p)
+    node_list = nodes(p, train=data.draw(st.integers(1, 10)), infer=data.draw(st.integers(0, 2)),
+                      spot=data.draw(st.integers(0, 3)))
+    running: list[RunningWorkload] = []
+    pending = []
+    seq = 0
+    now = 0.0
+    for _cycle in range(5):
+        for _ in range(data.draw(st.integers(0, 8))):
+            pending.append(data.draw(workloads(f"w{seq}", now)))
+            seq += 1
+        result = schedule(index, ClusterSnapshot(now, node_list, running, pending))
+        by_kind = defaultdict(list)
+        for d in result.decisions:
+            by_kind[d.kind].append(d)
+        decided = [d.workload_id for d in result.decisions if d.kind is not DecisionKind.PREEMPT]
+        assert sorted(decided) == sorted(w.id for w in pending)
+        running_by_id = {r.workload.id: r for r in running}
+        requeued = []
+        for d in by_kind[DecisionKind.PREEMPT]:
+            victim = running_by_id.pop(d.workload_id)
+            requeued.append(victim.workload)
+            assert resolve(victim.workload, index).preemptible, "non-preemptible work was preempted"
+        pending_by_id = {w.id: w for w in pending}
+        for d in by_kind[DecisionKind.ADMIT]:
+            w = pending_by_id.pop(d.workload_id)
+            r = resolve(w, index)
+            assert d.placement is not None
+            assert r.required <= len(d.placement.pods) <= r.count, "gang not all-or-nothing"
+            if w.pods.min_count is None and r.gang:
+                assert len(d.placement.pods) == w.pods.count
+            running_by_id[w.id] = RunningWorkload(w, d.placement, now, None)
+        running = list(running_by_id.values())
+        check_capacity(index, node_list, running)
+        check_quota(index, running)
+        # preempted work goes back to its queue; some running work finishes
+        pending = list(pending_by_id.values()) + requeued
+        finished = data.draw(st.lists(st.sampled_from(sorted(running_by_id)), unique=True)) if running_by_id else []
+        running = [r for r in running if r.workload.id not in finished]
+        now += data.draw(st.integers(1, 3600))
+
+
+def test_base_policy_fixture_is_valid():
+    assert policy().name == "gpuplane" and len(BASE_POLICY["teams"]) == 3
