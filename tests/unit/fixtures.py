@@ -25,19 +25,48 @@ BASE_POLICY: dict[str, Any] = {
         {"name": "l4", "memory_gib": 24},
     ],
     "pools": [
-        {"name": "train", "gpu_model": "h100", "gpus_per_node": 8, "max_nodes": 16, "price_per_node_hour": 60,
-         "topology": {"nodes_per_domain": 2}},
-        {"name": "infer", "gpu_model": "h100", "flavor": "h100-infer", "gpus_per_node": 8, "max_nodes": 4,
-         "price_per_node_hour": 60, "workload_classes": ["inference"], "mig_profiles": ["1g.10gb", "3g.40gb"]},
-        {"name": "spot", "gpu_model": "l4", "gpus_per_node": 4, "max_nodes": 8, "price_per_node_hour": 3,
-         "capacity_type": "spot", "workload_classes": ["batch"],
-         "taints": [{"key": "spot", "value": "true"}]},
+        {
+            "name": "train",
+            "gpu_model": "h100",
+            "gpus_per_node": 8,
+            "max_nodes": 16,
+            "price_per_node_hour": 60,
+            "topology": {"nodes_per_domain": 2},
+        },
+        {
+            "name": "infer",
+            "gpu_model": "h100",
+            "flavor": "h100-infer",
+            "gpus_per_node": 8,
+            "max_nodes": 4,
+            "price_per_node_hour": 60,
+            "workload_classes": ["inference"],
+            "mig_profiles": ["1g.10gb", "3g.40gb"],
+        },
+        {
+            "name": "spot",
+            "gpu_model": "l4",
+            "gpus_per_node": 4,
+            "max_nodes": 8,
+            "price_per_node_hour": 3,
+            "capacity_type": "spot",
+            "workload_classes": ["batch"],
+            "taints": [{"key": "spot", "value": "true"}],
+        },
     ],
     "teams": [
-        {"name": "a", "cohort": "c", "pools": ["train", "spot"],
-         "quotas": {"h100": {"nominal": 32}, "l4": {"nominal": 16}}},
-        {"name": "b", "cohort": "c", "pools": ["train", "spot"],
-         "quotas": {"h100": {"nominal": 32}, "l4": {"nominal": 16}}},
+        {
+            "name": "a",
+            "cohort": "c",
+            "pools": ["train", "spot"],
+            "quotas": {"h100": {"nominal": 32}, "l4": {"nominal": 16}},
+        },
+        {
+            "name": "b",
+            "cohort": "c",
+            "pools": ["train", "spot"],
+            "quotas": {"h100": {"nominal": 32}, "l4": {"nominal": 16}},
+        },
         {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
     ],
     "priorities": [
@@ -46,8 +75,11 @@ BASE_POLICY: dict[str, Any] = {
         {"name": "low", "value": 100},
     ],
     "default_priority": "normal",
-    "workload_classes": {"training": {"default_priority": "normal"}, "batch": {"default_priority": "low"},
-                         "inference": {"default_priority": "high"}},
+    "workload_classes": {
+        "training": {"default_priority": "normal"},
+        "batch": {"default_priority": "low"},
+        "inference": {"default_priority": "high"},
+    },
 }
 
 
@@ -75,15 +107,29 @@ def nodes(p: PolicySpec, **counts: int) -> list[Node]:
 SPOT_OK = (Toleration("spot", value="true"),)
 
 
-def job(wid: str, queue: str = "a", pods: int = 1, gpus: int = 8, klass: str = "training", t: float = 0.0,
-        **kw: Any) -> Workload:
+def job(
+    wid: str,
+    queue: str = "a",
+    pods: int = 1,
+    gpus: int = 8,
+    klass: str = "training",
+    t: float = 0.0,
+    **kw: Any,
+) -> Workload:
     mig = kw.pop("mig", None)
     min_count = kw.pop("min_count", None)
-    return Workload(wid, queue, WorkloadClass(klass), PodSet(pods, 0 if mig else gpus, mig, min_count), t, **kw)
+    return Workload(
+        wid, queue, WorkloadClass(klass), PodSet(pods, 0 if mig else gpus, mig, min_count), t, **kw
+    )
 
 
-def cycle(p: PolicySpec, node_list: list[Node], pending: list[Workload],
-          running: list[RunningWorkload] | None = None, now: float = 0.0) -> CycleResult:
+def cycle(
+    p: PolicySpec,
+    node_list: list[Node],
+    pending: list[Workload],
+    running: list[RunningWorkload] | None = None,
+    now: float = 0.0,
+) -> CycleResult:
     return schedule(PolicyIndex(p), ClusterSnapshot(now, node_list, running or [], pending))
 
 
@@ -96,9 +142,13 @@ def codes(result: CycleResult) -> dict[str, str]:
     return {d.workload_id: d.reason.code.value for d in result.decisions}
 
 
-def run_from(result: CycleResult, pending: list[Workload], now: float = 0.0,
-             checkpoint: float | None = None) -> list[RunningWorkload]:
+def run_from(
+    result: CycleResult, pending: list[Workload], now: float = 0.0, checkpoint: float | None = None
+) -> list[RunningWorkload]:
     """The running workloads the admit decisions of ``result`` create."""
     by_id = {w.id: w for w in pending}
-    return [RunningWorkload(by_id[d.workload_id], d.placement, now, checkpoint)
-            for d in result.admitted if d.placement is not None]
+    return [
+        RunningWorkload(by_id[d.workload_id], d.placement, now, checkpoint)
+        for d in result.admitted
+        if d.placement is not None
+    ]

@@ -10,8 +10,14 @@ def busy(p, node_list, ends, gpus=None):
     """One batch job per entry of ``ends`` (its estimated end time), 8 GPUs each unless ``gpus`` says."""
     out = []
     for i, end in enumerate(ends):
-        w = job(f"run{i}", queue="b", klass="batch", t=-1000 + i, estimated_duration_s=end + 1000,
-                gpus=gpus[i] if gpus else 8)
+        w = job(
+            f"run{i}",
+            queue="b",
+            klass="batch",
+            t=-1000 + i,
+            estimated_duration_s=end + 1000,
+            gpus=gpus[i] if gpus else 8,
+        )
         res = cycle(p, node_list, [w], out, now=-1000)
         out.append(RunningWorkload(w, res.admitted[0].placement, -1000))
     return out
@@ -56,8 +62,10 @@ def test_long_job_may_run_on_gpus_the_reservation_does_not_need():
     p = policy()
     node_list = nodes(p, train=4)
     run = busy(p, node_list, [100, 5000, 5000], gpus=[8, 8, 4])
-    pending = [job("gang", pods=2, klass="batch", t=0), job("long", gpus=4, klass="batch", t=2,
-                                                             estimated_duration_s=9000)]
+    pending = [
+        job("gang", pods=2, klass="batch", t=0),
+        job("long", gpus=4, klass="batch", t=2, estimated_duration_s=9000),
+    ]
     res = cycle(p, node_list, pending, run, now=0)
     c = codes(res)
     # one whole node is free now and one frees at t=100: the gang reserves the free node only, so

@@ -75,8 +75,9 @@ def test_required_topology_waits_rather_than_spread():
 def test_required_topology_unsatisfiable_reason():
     p = policy()
     node_list = [Node("n0", "train", 8, "d0"), Node("n1", "train", 8, "d1")]
-    res = cycle(p, node_list, [job("gang", pods=2, gpus=8, klass="batch", topology=TopologyMode.REQUIRED)],
-                now=0)
+    res = cycle(
+        p, node_list, [job("gang", pods=2, gpus=8, klass="batch", topology=TopologyMode.REQUIRED)], now=0
+    )
     assert codes(res)["gang"] == "topology_unsatisfiable"
     assert res.decisions[0].reason.details["largest_domain_fits"] == 1
 
@@ -84,11 +85,19 @@ def test_required_topology_unsatisfiable_reason():
 def test_taints_need_tolerations_and_selectors_must_match():
     p = policy()
     node_list = nodes(p, spot=2)
-    res = cycle(p, node_list, [job("nope", gpus=1, klass="batch", checkpoint_interval_s=600, pools=("spot",))])
+    res = cycle(
+        p, node_list, [job("nope", gpus=1, klass="batch", checkpoint_interval_s=600, pools=("spot",))]
+    )
     assert codes(res)["nope"] == "no_eligible_pool"
-    assert "taint spot=true:NoSchedule not tolerated" in res.decisions[0].reason.details["rejected_pools"]["spot"]
-    ok = cycle(p, node_list, [job("yes", gpus=1, klass="batch", checkpoint_interval_s=600, tolerations=SPOT_OK,
-                                  pools=("spot",))])
+    assert (
+        "taint spot=true:NoSchedule not tolerated"
+        in res.decisions[0].reason.details["rejected_pools"]["spot"]
+    )
+    ok = cycle(
+        p,
+        node_list,
+        [job("yes", gpus=1, klass="batch", checkpoint_interval_s=600, tolerations=SPOT_OK, pools=("spot",))],
+    )
     assert kinds(ok)["yes"] == "admit"
     sel = cycle(p, nodes(p, train=1), [job("sel", gpus=1, node_selector={"zone": "x"})])
     assert codes(sel)["sel"] == "no_eligible_pool"
@@ -104,19 +113,30 @@ def test_spot_needs_a_declared_checkpoint_interval():
 
 def test_training_never_goes_to_spot_by_default():
     p = policy()
-    res = cycle(p, nodes(p, spot=2), [job("t", gpus=1, tolerations=SPOT_OK, checkpoint_interval_s=60,
-                                          pools=("spot",))])
+    res = cycle(
+        p,
+        nodes(p, spot=2),
+        [job("t", gpus=1, tolerations=SPOT_OK, checkpoint_interval_s=60, pools=("spot",))],
+    )
     assert "pool takes only batch" in res.decisions[0].reason.details["rejected_pools"]["spot"]
 
 
 def test_inference_is_isolated_from_batch_pools():
-    p = policy(teams=[
-        {"name": "a", "cohort": "c", "pools": ["train", "infer"],
-         "quotas": {"h100": {"nominal": 32}, "h100-infer": {"nominal": 8}}},
-        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}},
-        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 24}}},
-    ])
-    res = cycle(p, nodes(p, train=2, infer=1), [job("svc", gpus=1, klass="inference"), job("trn", gpus=1, t=1)])
+    p = policy(
+        teams=[
+            {
+                "name": "a",
+                "cohort": "c",
+                "pools": ["train", "infer"],
+                "quotas": {"h100": {"nominal": 32}, "h100-infer": {"nominal": 8}},
+            },
+            {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}},
+            {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 24}}},
+        ]
+    )
+    res = cycle(
+        p, nodes(p, train=2, infer=1), [job("svc", gpus=1, klass="inference"), job("trn", gpus=1, t=1)]
+    )
     assert pods_of(res, "svc")[0].node.startswith("infer")
     assert pods_of(res, "trn")[0].node.startswith("train")
     only_train = cycle(p, nodes(p, train=2), [job("svc", gpus=1, klass="inference", pools=("train",))])
@@ -131,8 +151,10 @@ def test_mig_slices_share_a_gpu_and_never_mix_with_whole_allocation():
     pods = pods_of(res, "small")
     assert {pod.gpus for pod in pods} == {(0,)}  # seven 1g slices fill exactly one GPU
     running = run_from(res, svc)
-    more = [job("mid", queue="serve", klass="inference", pods=2, mig="3g.40gb", t=1),
-            job("whole", queue="serve", klass="inference", gpus=7, t=2)]
+    more = [
+        job("mid", queue="serve", klass="inference", pods=2, mig="3g.40gb", t=1),
+        job("whole", queue="serve", klass="inference", gpus=7, t=2),
+    ]
     res2 = cycle(p, node_list, more, running)
     mid_gpus = {pod.gpus[0] for pod in pods_of(res2, "mid")}
     assert mid_gpus == {1}  # two 3g slices share GPU 1 (6 of 7 compute, 8 of 8 memory slices)

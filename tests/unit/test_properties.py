@@ -29,6 +29,7 @@ MIG = {"1g.10gb": (1, 1), "3g.40gb": (3, 4)}
 def policies(draw):
     a_nom = draw(st.integers(0, 60))
     b_nom = draw(st.integers(0, 60))
+
     def quota(nominal):
         q = {"nominal": nominal}
         if draw(st.booleans()):
@@ -36,19 +37,40 @@ def policies(draw):
         if draw(st.booleans()):
             q["lending_limit"] = draw(st.integers(0, nominal))
         return q
+
     teams = [
-        {"name": "a", "cohort": "c", "pools": ["train", "spot"], "quotas": {"h100": quota(a_nom), "l4": quota(8)},
-         "allow_nonpreemptible_borrowing": draw(st.booleans())},
-        {"name": "b", "cohort": "c", "pools": ["train", "spot"], "quotas": {"h100": quota(b_nom), "l4": quota(8)}},
-        {"name": "p", "cohort": "c", "pools": ["train"],
-         "quotas": {"h100": {"nominal": 8, "lending_limit": 0, "borrowing_limit": 0}}},
-        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": draw(st.integers(1, 32))}}},
+        {
+            "name": "a",
+            "cohort": "c",
+            "pools": ["train", "spot"],
+            "quotas": {"h100": quota(a_nom), "l4": quota(8)},
+            "allow_nonpreemptible_borrowing": draw(st.booleans()),
+        },
+        {
+            "name": "b",
+            "cohort": "c",
+            "pools": ["train", "spot"],
+            "quotas": {"h100": quota(b_nom), "l4": quota(8)},
+        },
+        {
+            "name": "p",
+            "cohort": "c",
+            "pools": ["train"],
+            "quotas": {"h100": {"nominal": 8, "lending_limit": 0, "borrowing_limit": 0}},
+        },
+        {
+            "name": "serve",
+            "pools": ["infer"],
+            "quotas": {"h100-infer": {"nominal": draw(st.integers(1, 32))}},
+        },
     ]
     scheduling = {
         "fair_sharing": draw(st.booleans()),
         "backfill": {"mode": draw(st.sampled_from(["easy", "greedy", "strict"]))},
-        "preemption": {"enabled": draw(st.booleans()),
-                       "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"]))},
+        "preemption": {
+            "enabled": draw(st.booleans()),
+            "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"])),
+        },
     }
     return policy(teams=teams, scheduling=scheduling)
 
@@ -58,13 +80,25 @@ def workloads(draw, prefix, t):
     queue = draw(st.sampled_from(["a", "a", "b", "b", "p", "serve"]))
     if queue == "serve":
         mig = draw(st.sampled_from([None, "1g.10gb", "3g.40gb"]))
-        return job(f"{prefix}", queue=queue, klass="inference", pods=draw(st.integers(1, 6)),
-                   gpus=draw(st.sampled_from([1, 2, 8])), mig=mig, t=t,
-                   estimated_duration_s=draw(st.integers(60, 20000)))
+        return job(
+            f"{prefix}",
+            queue=queue,
+            klass="inference",
+            pods=draw(st.integers(1, 6)),
+            gpus=draw(st.sampled_from([1, 2, 8])),
+            mig=mig,
+            t=t,
+            estimated_duration_s=draw(st.integers(60, 20000)),
+        )
     klass = draw(st.sampled_from(["training", "batch"]))
     pods = draw(st.integers(1, 4))
     return job(
-        prefix, queue=queue, klass=klass, pods=pods, gpus=draw(st.sampled_from([1, 2, 4, 8])), t=t,
+        prefix,
+        queue=queue,
+        klass=klass,
+        pods=pods,
+        gpus=draw(st.sampled_from([1, 2, 4, 8])),
+        t=t,
         priority=draw(st.sampled_from([None, "high", "normal", "low"])),
         estimated_duration_s=draw(st.integers(60, 20000)),
         checkpoint_interval_s=draw(st.sampled_from([None, 300, 3600])),
@@ -113,13 +147,18 @@ def check_quota(index, running):
     for (queue, flavor), used in usage.items():
         q = index.queues[queue]
         quota = q.quota(flavor)
-        limit = quota.nominal if q.cohort is None else quota.nominal + (
-            10**12 if quota.borrow_limit is None else quota.borrow_limit)
+        limit = (
+            quota.nominal
+            if q.cohort is None
+            else quota.nominal + (10**12 if quota.borrow_limit is None else quota.borrow_limit)
+        )
         assert used <= limit, f"{queue} holds {used} of {flavor}, above {limit}"
         if q.cohort is not None:
             drawn[(q.cohort, flavor)] += max(0, used - quota.guaranteed)
     for key, total in drawn.items():
-        assert total <= index.cohort_lendable.get(key, 0), f"cohort {key} overdrawn: a lender lost its guarantee"
+        assert total <= index.cohort_lendable.get(key, 0), (
+            f"cohort {key} overdrawn: a lender lost its guarantee"
+        )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -127,8 +166,12 @@ def check_quota(index, running):
 def test_invariants_hold_over_many_cycles(data):
     p = data.draw(policies())
     index = PolicyIndex(p)
-    node_list = nodes(p, train=data.draw(st.integers(1, 10)), infer=data.draw(st.integers(0, 2)),
-                      spot=data.draw(st.integers(0, 3)))
+    node_list = nodes(
+        p,
+        train=data.draw(st.integers(1, 10)),
+        infer=data.draw(st.integers(0, 2)),
+        spot=data.draw(st.integers(0, 3)),
+    )
     running: list[RunningWorkload] = []
     pending = []
     seq = 0
@@ -163,7 +206,9 @@ def test_invariants_hold_over_many_cycles(data):
         check_quota(index, running)
         # preempted work goes back to its queue; some running work finishes
         pending = list(pending_by_id.values()) + requeued
-        finished = data.draw(st.lists(st.sampled_from(sorted(running_by_id)), unique=True)) if running_by_id else []
+        finished = (
+            data.draw(st.lists(st.sampled_from(sorted(running_by_id)), unique=True)) if running_by_id else []
+        )
         running = [r for r in running if r.workload.id not in finished]
         now += data.draw(st.integers(1, 3600))
 

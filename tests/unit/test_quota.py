@@ -15,18 +15,28 @@ def test_within_nominal_then_borrowing_from_idle_cohort_member():
 
 def test_no_cohort_means_no_borrowing():
     p = policy()
-    pend = [job("s1", queue="serve", klass="inference", pods=4), job("s2", queue="serve", klass="inference", t=1)]
+    pend = [
+        job("s1", queue="serve", klass="inference", pods=4),
+        job("s2", queue="serve", klass="inference", t=1),
+    ]
     res = cycle(p, nodes(p, infer=4), pend)
     assert kinds(res)["s1"] == "admit"
     assert codes(res)["s2"] == "quota_nominal_exceeded"
 
 
 def test_borrowing_limit_caps_usage():
-    p = policy(teams=[
-        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 16, "borrowing_limit": 8}}},
-        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}},
-        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
-    ])
+    p = policy(
+        teams=[
+            {
+                "name": "a",
+                "cohort": "c",
+                "pools": ["train"],
+                "quotas": {"h100": {"nominal": 16, "borrowing_limit": 8}},
+            },
+            {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}},
+            {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
+        ]
+    )
     pend = [job("a1", pods=3, klass="batch"), job("a2", pods=1, klass="batch", t=1)]
     res = cycle(p, nodes(p, train=8), pend)
     assert kinds(res)["a1"] == "admit"  # 24 = 16 nominal + 8 borrowed
@@ -34,11 +44,18 @@ def test_borrowing_limit_caps_usage():
 
 
 def test_lending_limit_keeps_the_lenders_guaranteed_share():
-    p = policy(teams=[
-        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32, "lending_limit": 8}}},
-        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
-        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
-    ])
+    p = policy(
+        teams=[
+            {
+                "name": "a",
+                "cohort": "c",
+                "pools": ["train"],
+                "quotas": {"h100": {"nominal": 32, "lending_limit": 8}},
+            },
+            {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+            {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
+        ]
+    )
     pend = [job("b1", queue="b", pods=2, klass="batch"), job("b2", queue="b", pods=1, klass="batch", t=1)]
     res = cycle(p, nodes(p, train=8), pend)
     assert kinds(res)["b1"] == "admit"  # 8 own + 8 lent by a
@@ -51,22 +68,46 @@ def test_non_preemptible_work_may_not_borrow_unless_allowed():
     pend = [job("a1", pods=4), job("a2", pods=1, t=1)]  # training: not preemptible by default
     res = cycle(p, nodes(p, train=16), pend)
     assert codes(res)["a2"] == "nonpreemptible_cannot_borrow"
-    p2 = policy(teams=[
-        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}},
-         "allow_nonpreemptible_borrowing": True},
-        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}},
-        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
-    ])
+    p2 = policy(
+        teams=[
+            {
+                "name": "a",
+                "cohort": "c",
+                "pools": ["train"],
+                "quotas": {"h100": {"nominal": 32}},
+                "allow_nonpreemptible_borrowing": True,
+            },
+            {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}},
+            {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
+        ]
+    )
     assert kinds(cycle(p2, nodes(p2, train=16), pend))["a2"] == "admit"
 
 
 def test_max_running_jobs_and_max_gpus():
-    p = policy(teams=[
-        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}, "max_running_jobs": 2},
-        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}, "max_gpus": 10},
-        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
-    ])
-    pend = [job(f"a{i}", gpus=1, t=i) for i in range(3)] + [job("b1", queue="b", gpus=8), job("b2", queue="b", gpus=4, t=1)]
+    p = policy(
+        teams=[
+            {
+                "name": "a",
+                "cohort": "c",
+                "pools": ["train"],
+                "quotas": {"h100": {"nominal": 32}},
+                "max_running_jobs": 2,
+            },
+            {
+                "name": "b",
+                "cohort": "c",
+                "pools": ["train"],
+                "quotas": {"h100": {"nominal": 32}},
+                "max_gpus": 10,
+            },
+            {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
+        ]
+    )
+    pend = [job(f"a{i}", gpus=1, t=i) for i in range(3)] + [
+        job("b1", queue="b", gpus=8),
+        job("b2", queue="b", gpus=4, t=1),
+    ]
     res = cycle(p, nodes(p, train=8), pend)
     assert codes(res)["a2"] == "max_running_jobs"
     assert codes(res)["b2"] == "max_gpus"

@@ -117,7 +117,9 @@ def _workload(doc: WorkloadDoc) -> Workload:
     )
 
 
-def parse_snapshot(text: str, filename: str, policy: PolicySpec, index: PolicyIndex | None = None) -> ClusterSnapshot:
+def parse_snapshot(
+    text: str, filename: str, policy: PolicySpec, index: PolicyIndex | None = None
+) -> ClusterSnapshot:
     """Read a snapshot file against ``policy``; PolicyError names the field, the line and the fix."""
     doc, data, lines = parse_document(text, filename, SnapshotDoc, "examples/snapshot.yaml")
     index = index or PolicyIndex(policy)
@@ -125,14 +127,24 @@ def parse_snapshot(text: str, filename: str, policy: PolicySpec, index: PolicyIn
     nodes: list[Node] = []
     for pool_name, count in doc.nodes.items():
         if pool_name not in index.pools:
-            issues.append(PolicyIssue(("nodes", pool_name), f"unknown pool '{pool_name}'",
-                                      "use one of: " + ", ".join(sorted(index.pools))))
+            issues.append(
+                PolicyIssue(
+                    ("nodes", pool_name),
+                    f"unknown pool '{pool_name}'",
+                    "use one of: " + ", ".join(sorted(index.pools)),
+                )
+            )
             continue
         nodes.extend(pool_nodes(policy.pool(pool_name), count))
     for i, n in enumerate(doc.node_list):
         if n.pool not in index.pools:
-            issues.append(PolicyIssue(("node_list", i, "pool"), f"unknown pool '{n.pool}'",
-                                      "use one of: " + ", ".join(sorted(index.pools))))
+            issues.append(
+                PolicyIssue(
+                    ("node_list", i, "pool"),
+                    f"unknown pool '{n.pool}'",
+                    "use one of: " + ", ".join(sorted(index.pools)),
+                )
+            )
             continue
         gpus = index.pools[n.pool].gpus_per_node
         nodes.append(Node(n.name, n.pool, gpus, n.domain or n.pool, n.ready, n.schedulable))
@@ -140,16 +152,31 @@ def parse_snapshot(text: str, filename: str, policy: PolicySpec, index: PolicyIn
     for section in ("running", "pending"):
         for i, w in enumerate(getattr(doc, section)):
             if w.id in seen:
-                issues.append(PolicyIssue((section, i, "id"), f"duplicate workload id '{w.id}'",
-                                          "give every workload its own id"))
+                issues.append(
+                    PolicyIssue(
+                        (section, i, "id"),
+                        f"duplicate workload id '{w.id}'",
+                        "give every workload its own id",
+                    )
+                )
             seen.add(w.id)
             if w.queue not in index.queues:
-                issues.append(PolicyIssue((section, i, "queue"), f"unknown queue '{w.queue}'",
-                                          "use a team name: " + ", ".join(sorted(index.queues))))
+                issues.append(
+                    PolicyIssue(
+                        (section, i, "queue"),
+                        f"unknown queue '{w.queue}'",
+                        "use a team name: " + ", ".join(sorted(index.queues)),
+                    )
+                )
             placement = getattr(w, "placement", None)
             if placement is not None and placement.pool not in index.pools:
-                issues.append(PolicyIssue((section, i, "placement", "pool"), f"unknown pool '{placement.pool}'",
-                                          "use one of: " + ", ".join(sorted(index.pools))))
+                issues.append(
+                    PolicyIssue(
+                        (section, i, "placement", "pool"),
+                        f"unknown pool '{placement.pool}'",
+                        "use one of: " + ", ".join(sorted(index.pools)),
+                    )
+                )
     if issues:
         raise PolicyError(filename, locate(issues, lines, data))
     running: list[RunningWorkload] = []
@@ -159,8 +186,9 @@ def parse_snapshot(text: str, filename: str, policy: PolicySpec, index: PolicyIn
         flavor = r.placement.flavor or index.pools[r.placement.pool].flavor
         pods = tuple(PodPlacement(p.node, tuple(p.gpus), p.mig_profile) for p in r.placement.pods)
         running.append(
-            RunningWorkload(_workload(r), Placement(r.placement.pool, flavor, pods), r.start_time,
-                            r.last_checkpoint_time)
+            RunningWorkload(
+                _workload(r), Placement(r.placement.pool, flavor, pods), r.start_time, r.last_checkpoint_time
+            )
         )
     unplaced = [r for r in doc.running if r.placement is None]
     if unplaced:
@@ -169,8 +197,13 @@ def parse_snapshot(text: str, filename: str, policy: PolicySpec, index: PolicyIn
 
 
 def _bootstrap(
-    index: PolicyIndex, nodes: list[Node], running: list[RunningWorkload], docs: list[RunningDoc],
-    filename: str, data: Any, lines: LineMap,
+    index: PolicyIndex,
+    nodes: list[Node],
+    running: list[RunningWorkload],
+    docs: list[RunningDoc],
+    filename: str,
+    data: Any,
+    lines: LineMap,
 ) -> list[RunningWorkload]:
     """Place running workloads given without a placement, one at a time, with the scheduler itself."""
     out: list[RunningWorkload] = []
@@ -180,10 +213,20 @@ def _bootstrap(
         decision = result.for_workload(w.id)[-1]
         if decision.kind is not DecisionKind.ADMIT or decision.placement is None or decision.victims:
             position = next(i for i, r in enumerate(data["running"]) if r.get("id") == doc.id)
-            raise PolicyError(filename, locate([PolicyIssue(
-                ("running", position), f"running workload '{doc.id}' does not fit: {decision.reason.message}",
-                "give it an explicit placement, add nodes, or list it as pending",
-            )], lines, data))
+            raise PolicyError(
+                filename,
+                locate(
+                    [
+                        PolicyIssue(
+                            ("running", position),
+                            f"running workload '{doc.id}' does not fit: {decision.reason.message}",
+                            "give it an explicit placement, add nodes, or list it as pending",
+                        )
+                    ],
+                    lines,
+                    data,
+                ),
+            )
         out.append(RunningWorkload(w, decision.placement, doc.start_time, doc.last_checkpoint_time))
     return out
 
@@ -194,5 +237,7 @@ def load_snapshot(path: str, policy: PolicySpec, index: PolicyIndex | None = Non
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise PolicyError(path, [PolicyIssue((), f"cannot read the file: {exc.strerror}", "check the path")]) from None
+        raise PolicyError(
+            path, [PolicyIssue((), f"cannot read the file: {exc.strerror}", "check the path")]
+        ) from None
     return parse_snapshot(text, path, policy, index)

@@ -79,7 +79,11 @@ class Decision:
                 "pool": self.placement.pool,
                 "flavor": self.placement.flavor,
                 "pods": [
-                    {"node": p.node, "gpus": list(p.gpus), **({"mig": p.mig_profile} if p.mig_profile else {})}
+                    {
+                        "node": p.node,
+                        "gpus": list(p.gpus),
+                        **({"mig": p.mig_profile} if p.mig_profile else {}),
+                    }
                     for p in self.placement.pods
                 ],
             }

@@ -82,7 +82,9 @@ def _label(path: Path, data: Any) -> str:
 
 def locate(issues: list[PolicyIssue], lines: LineMap, data: Any) -> list[PolicyIssue]:
     """Attach line numbers and named paths to issues found on ``data``."""
-    return [PolicyIssue(i.path, i.message, i.fix, lines.line_of(i.path), _label(i.path, data)) for i in issues]
+    return [
+        PolicyIssue(i.path, i.message, i.fix, lines.line_of(i.path), _label(i.path, data)) for i in issues
+    ]
 
 
 def parse_document(text: str, filename: str, model: type[M], example: str) -> tuple[M, Any, LineMap]:
@@ -92,7 +94,9 @@ def parse_document(text: str, filename: str, model: type[M], example: str) -> tu
     """
     data, lines = parse_yaml(text, filename)
     if not isinstance(data, dict):
-        raise PolicyError(filename, [PolicyIssue((), "the file must be a YAML mapping", f"start from {example}", 1)])
+        raise PolicyError(
+            filename, [PolicyIssue((), "the file must be a YAML mapping", f"start from {example}", 1)]
+        )
     try:
         return model.model_validate(data), data, lines
     except ValidationError as exc:

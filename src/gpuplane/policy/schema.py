@@ -14,6 +14,10 @@ ClassName = Literal["training", "batch", "inference"]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+def _batch_classes() -> list[ClassName]:
+    return ["training", "batch"]
+
+
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -59,7 +63,7 @@ class PoolSpec(_Spec):
     price_per_node_hour: float = Field(ge=0)
     spot_interruption_rate_per_hour: float = Field(0, ge=0, le=1)
     topology: TopologySpec | None = None
-    workload_classes: list[ClassName] = Field(default_factory=lambda: ["training", "batch"], min_length=1)
+    workload_classes: list[ClassName] = Field(default_factory=lambda: _batch_classes(), min_length=1)
     mig_profiles: list[str] = Field(default_factory=list)
 
     @property

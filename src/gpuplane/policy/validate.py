@@ -40,7 +40,9 @@ def _gpu_models(policy: PolicySpec) -> Iterator[PolicyIssue]:
             continue
         for pindex, profile in enumerate(model.mig.profiles):
             try:
-                parse_mig_profile(profile, model.memory_gib, model.mig.compute_slices, model.mig.memory_slices)
+                parse_mig_profile(
+                    profile, model.memory_gib, model.mig.compute_slices, model.mig.memory_slices
+                )
             except ValueError as exc:
                 yield PolicyIssue(
                     ("gpu_models", index, "mig", "profiles", pindex),

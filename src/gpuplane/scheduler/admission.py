@@ -82,7 +82,11 @@ class Admitter:
                 if not commit:
                     st.cap.rollback(mark)
                 return Fit(
-                    pool.name, option.flavor, result.pods, option.milli * len(result.pods), verdict.borrowing,
+                    pool.name,
+                    option.flavor,
+                    result.pods,
+                    option.milli * len(result.pods),
+                    verdict.borrowing,
                     backfill_for,
                 ), []
             assert result.code is not None

@@ -17,9 +17,7 @@ def find_reservation(st: CycleState, r: Resolved, pool: str) -> Reservation | No
     cap = st.cap
     pool_cap = cap.pools[pool]
     shape = Shape(r.count, r.required, r.gpus_per_pod, r.mig_profile, r.topology)
-    ending = sorted(
-        (st.expected_end(e), e.id) for e in st.running.values() if e.pool == pool
-    )
+    ending = sorted((st.expected_end(e), e.id) for e in st.running.values() if e.pool == pool)
     mark = cap.mark()
     found: Reservation | None = None
     for end, wid in ending:

@@ -139,14 +139,26 @@ class _Cycle:
     # -- 4-6: one head ----------------------------------------------------------------------------------
     def _decide(self, r: Resolved, position: int) -> None:
         if not r.options:
-            self._wait(r.id, ReasonCode.NO_ELIGIBLE_POOL, {
-                "queue": r.queue.name, "pools": "; ".join(f"{p}: {why}" for p, why in r.rejected_pools.items()),
-                "rejected_pools": dict(r.rejected_pools),
-            })
+            self._wait(
+                r.id,
+                ReasonCode.NO_ELIGIBLE_POOL,
+                {
+                    "queue": r.queue.name,
+                    "pools": "; ".join(f"{p}: {why}" for p, why in r.rejected_pools.items()),
+                    "rejected_pools": dict(r.rejected_pools),
+                },
+            )
             return
         if self.mode == "strict":
-            head = next((self.blocked_pools[p.name] for o in r.options for p in o.pools
-                         if p.name in self.blocked_pools), None)
+            head = next(
+                (
+                    self.blocked_pools[p.name]
+                    for o in r.options
+                    for p in o.pools
+                    if p.name in self.blocked_pools
+                ),
+                None,
+            )
             if head is not None:
                 self._wait(r.id, ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
                 return
@@ -167,12 +179,25 @@ class _Cycle:
         st.cap.commit()
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
         st.running[r.id] = RunEntry(
-            id=r.id, queue=r.queue, tier=r.tier, preemptible=r.preemptible, pool=fit.pool, flavor=fit.flavor,
-            milli=fit.milli, slots=fit.slots, start=st.now, end_estimate=st.now + r.duration_s, admitted_now=True,
+            id=r.id,
+            queue=r.queue,
+            tier=r.tier,
+            preemptible=r.preemptible,
+            pool=fit.pool,
+            flavor=fit.flavor,
+            milli=fit.milli,
+            slots=fit.slots,
+            start=st.now,
+            end_estimate=st.now + r.duration_s,
+            admitted_now=True,
         )
         details: dict[str, Any] = {
-            "pool": fit.pool, "flavor": fit.flavor, "gpus": fit.milli / 1000, "pods": len(fit.slots),
-            "queue": r.queue.name, "priority": r.tier.name,
+            "pool": fit.pool,
+            "flavor": fit.flavor,
+            "gpus": fit.milli / 1000,
+            "pods": len(fit.slots),
+            "queue": r.queue.name,
+            "priority": r.tier.name,
         }
         if victims:
             code = ReasonCode.ADMITTED_AFTER_PREEMPTION
@@ -187,10 +212,15 @@ class _Cycle:
             code = ReasonCode.ADMITTED_WITHIN_NOMINAL
         if fit.borrowing:
             details["borrowing"] = True
-        self.decisions.append(Decision(
-            DecisionKind.ADMIT, r.id, make_reason(code, details), st.placement(fit.pool, fit.flavor, fit.slots),
-            victims,
-        ))
+        self.decisions.append(
+            Decision(
+                DecisionKind.ADMIT,
+                r.id,
+                make_reason(code, details),
+                st.placement(fit.pool, fit.flavor, fit.slots),
+                victims,
+            )
+        )
 
     def _try_preemption(self, r: Resolved) -> bool:
         key = (r.queue.name, r.priority, r.options[0].flavor)
@@ -205,13 +235,32 @@ class _Cycle:
         for victim in plan.victims:
             assert victim.queue is not None and victim.tier is not None
             same_queue = victim.queue is r.queue
-            code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY if same_queue else ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
+            code = (
+                ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY
+                if same_queue
+                else ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
+            )
             lost = victim.lost_work_s(self.st.now)
-            self.decisions.append(Decision(DecisionKind.PREEMPT, victim.id, make_reason(code, {
-                "preemptor": r.id, "preemptor_priority": r.priority, "preemptor_queue": r.queue.name,
-                "priority": victim.tier.value, "queue": victim.queue.name, "flavor": victim.flavor,
-                "lost_work_s": lost, "lost_gpu_seconds": lost * victim.gpus, "grace_period_s": grace,
-            })))
+            self.decisions.append(
+                Decision(
+                    DecisionKind.PREEMPT,
+                    victim.id,
+                    make_reason(
+                        code,
+                        {
+                            "preemptor": r.id,
+                            "preemptor_priority": r.priority,
+                            "preemptor_queue": r.queue.name,
+                            "priority": victim.tier.value,
+                            "queue": victim.queue.name,
+                            "flavor": victim.flavor,
+                            "lost_work_s": lost,
+                            "lost_gpu_seconds": lost * victim.gpus,
+                            "grace_period_s": grace,
+                        },
+                    ),
+                )
+            )
             del self.st.running[victim.id]
         self.admitter.forget()
         self.preempt_memo.clear()
@@ -232,12 +281,15 @@ class _Cycle:
         if blocked_on and self.mode == "easy":
             reservation = self._reserve(r, blocked_on)
             if reservation is not None:
-                details.update({
-                    "pool": reservation.pool, "start": reservation.start,
-                    "wait_s": reservation.start - self.st.now,
-                    "reserved_gpus": sum(len(g) for g in reservation.gpus.values()),
-                    "blocked_by": best.code.value,
-                })
+                details.update(
+                    {
+                        "pool": reservation.pool,
+                        "start": reservation.start,
+                        "wait_s": reservation.start - self.st.now,
+                        "reserved_gpus": sum(len(g) for g in reservation.gpus.values()),
+                        "blocked_by": best.code.value,
+                    }
+                )
                 self._wait(r.id, ReasonCode.RESERVED, details)
                 return
         self._wait(r.id, best.code, details)
@@ -257,7 +309,13 @@ class _Cycle:
         self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
 
 
-_QUOTA_PREEMPTABLE = frozenset({
-    ReasonCode.COHORT_QUOTA_EXHAUSTED, ReasonCode.BORROWING_LIMIT_EXCEEDED, ReasonCode.QUOTA_NOMINAL_EXCEEDED,
-    ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW, ReasonCode.MAX_GPUS, ReasonCode.MAX_RUNNING_JOBS,
-})
+_QUOTA_PREEMPTABLE = frozenset(
+    {
+        ReasonCode.COHORT_QUOTA_EXHAUSTED,
+        ReasonCode.BORROWING_LIMIT_EXCEEDED,
+        ReasonCode.QUOTA_NOMINAL_EXCEEDED,
+        ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW,
+        ReasonCode.MAX_GPUS,
+        ReasonCode.MAX_RUNNING_JOBS,
+    }
+)

@@ -14,10 +14,18 @@ def explain_dict(result: CycleResult, workload_id: str) -> dict[str, Any]:
     """The decisions about ``workload_id`` in JSON-ready form, or ``{"status": "unknown"}``."""
     decisions = result.for_workload(workload_id)
     if not decisions:
-        return {"workload": workload_id, "status": "unknown", "message": "not pending or running in this snapshot"}
+        return {
+            "workload": workload_id,
+            "status": "unknown",
+            "message": "not pending or running in this snapshot",
+        }
     last = decisions[-1]
     status = {DecisionKind.ADMIT: "admitted", DecisionKind.PREEMPT: "preempted", DecisionKind.WAIT: "pending"}
-    return {"workload": workload_id, "status": status[last.kind], "decisions": [d.to_dict() for d in decisions]}
+    return {
+        "workload": workload_id,
+        "status": status[last.kind],
+        "decisions": [d.to_dict() for d in decisions],
+    }
 
 
 def explain(result: CycleResult, workload_id: str) -> str:
@@ -39,7 +47,9 @@ def explain(result: CycleResult, workload_id: str) -> str:
             lines.append(f"  pool {pool}: {why}")
         if "placement" in d:
             nodes = sorted({p["node"] for p in d["placement"]["pods"]})
-            lines.append(f"  on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}")
+            lines.append(
+                f"  on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+            )
         if d.get("victims"):
             lines.append(f"  after preempting: {', '.join(d['victims'])}")
     return "\n".join(lines)

@@ -106,7 +106,8 @@ class PolicyIndex:
                 spec=pool,
             )
         self.tiers = {
-            t.name: TierInfo(t.name, t.value, t.preemptible, frozenset(t.may_preempt)) for t in policy.priorities
+            t.name: TierInfo(t.name, t.value, t.preemptible, frozenset(t.may_preempt))
+            for t in policy.priorities
         }
         self.queues: dict[str, QueueInfo] = {}
         for team in policy.teams:

@@ -60,8 +60,13 @@ def _place_whole(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceR
         return PlaceResult(
             None,
             ReasonCode.INSUFFICIENT_CAPACITY,
-            {"pool": pool.name, "pods_that_fit": total, "pods_needed": shape.required, "gpus_per_pod": g,
-             "free_gpus": pool.free_gpus()},
+            {
+                "pool": pool.name,
+                "pods_that_fit": total,
+                "pods_needed": shape.required,
+                "gpus_per_pod": g,
+                "free_gpus": pool.free_gpus(),
+            },
         )
     want = min(shape.count, total)
     if want == 1 or shape.topology is TopologyMode.NONE or len(pool.domains) == 1:
@@ -83,8 +88,12 @@ def _place_whole(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceR
         return PlaceResult(
             None,
             ReasonCode.TOPOLOGY_UNSATISFIABLE,
-            {"pool": pool.name, "pods_needed": shape.required, "largest_domain_fits": largest[0],
-             "pods_that_fit": total},
+            {
+                "pool": pool.name,
+                "pods_needed": shape.required,
+                "largest_domain_fits": largest[0],
+                "pods_that_fit": total,
+            },
         )
     rooms = sorted(((pool.pods_capacity(g, d), d) for d in pool.domains), key=lambda r: (-r[0], r[1]))
     slots: list[PodSlot] = []
@@ -123,7 +132,11 @@ def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceRes
         return PlaceResult(
             None,
             ReasonCode.INSUFFICIENT_CAPACITY,
-            {"pool": pool.name, "mig_profile": profile, "slices_that_fit": len(slots),
-             "slices_needed": shape.required},
+            {
+                "pool": pool.name,
+                "mig_profile": profile,
+                "slices_that_fit": len(slots),
+                "slices_needed": shape.required,
+            },
         )
     return PlaceResult(slots)

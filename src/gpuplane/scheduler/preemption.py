@@ -33,7 +33,13 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption) -> list[RunEn
     within_nominal = st.ledger.usage[r.queue.name][option.flavor] + option.milli * r.required <= quota.nominal
     found = []
     for e in st.running.values():
-        if e.flavor != option.flavor or not e.preemptible or e.queue is None or e.tier is None or e.admitted_now:
+        if (
+            e.flavor != option.flavor
+            or not e.preemptible
+            or e.queue is None
+            or e.tier is None
+            or e.admitted_now
+        ):
             continue
         if e.queue is r.queue:
             if e.tier.value < r.priority and e.tier.name in r.tier.may_preempt:

@@ -48,19 +48,29 @@ class QuotaLedger:
         """Whether ``milli`` more on ``flavor`` fits ``queue``'s quota now."""
         if queue.max_running_jobs is not None and self.jobs[queue.name] + 1 > queue.max_running_jobs:
             return QuotaVerdict(
-                False, code=ReasonCode.MAX_RUNNING_JOBS,
+                False,
+                code=ReasonCode.MAX_RUNNING_JOBS,
                 details={"running_jobs": self.jobs[queue.name], "max_running_jobs": queue.max_running_jobs},
             )
         if queue.max_gpus_milli is not None and self.total[queue.name] + milli > queue.max_gpus_milli:
             return QuotaVerdict(
-                False, code=ReasonCode.MAX_GPUS,
-                details={"gpus_in_use": _gpus(self.total[queue.name]), "requested": _gpus(milli),
-                         "max_gpus": _gpus(queue.max_gpus_milli)},
+                False,
+                code=ReasonCode.MAX_GPUS,
+                details={
+                    "gpus_in_use": _gpus(self.total[queue.name]),
+                    "requested": _gpus(milli),
+                    "max_gpus": _gpus(queue.max_gpus_milli),
+                },
             )
         quota = queue.quota(flavor)
         used = self.usage[queue.name][flavor]
         after = used + milli
-        base = {"flavor": flavor, "in_use": _gpus(used), "requested": _gpus(milli), "nominal": _gpus(quota.nominal)}
+        base = {
+            "flavor": flavor,
+            "in_use": _gpus(used),
+            "requested": _gpus(milli),
+            "nominal": _gpus(quota.nominal),
+        }
         if queue.cohort is None:
             if after > quota.nominal:
                 return QuotaVerdict(False, code=ReasonCode.QUOTA_NOMINAL_EXCEEDED, details=base)
@@ -69,7 +79,8 @@ class QuotaLedger:
         if borrowing:
             if quota.borrow_limit is not None and after > quota.nominal + quota.borrow_limit:
                 return QuotaVerdict(
-                    False, code=ReasonCode.BORROWING_LIMIT_EXCEEDED,
+                    False,
+                    code=ReasonCode.BORROWING_LIMIT_EXCEEDED,
                     details={**base, "borrowing_limit": _gpus(quota.borrow_limit)},
                 )
             if not preemptible and not queue.allow_nonpreemptible_borrowing:
@@ -79,9 +90,15 @@ class QuotaLedger:
         pool = self.index.cohort_lendable.get(key, 0)
         if self.drawn[key] + extra > pool:
             return QuotaVerdict(
-                False, code=ReasonCode.COHORT_QUOTA_EXHAUSTED,
-                details={**base, "cohort": queue.cohort, "cohort_lendable": _gpus(pool),
-                         "cohort_in_use": _gpus(self.drawn[key]), "guaranteed": _gpus(quota.guaranteed)},
+                False,
+                code=ReasonCode.COHORT_QUOTA_EXHAUSTED,
+                details={
+                    **base,
+                    "cohort": queue.cohort,
+                    "cohort_lendable": _gpus(pool),
+                    "cohort_in_use": _gpus(self.drawn[key]),
+                    "guaranteed": _gpus(quota.guaranteed),
+                },
             )
         return QuotaVerdict(True, borrowing=borrowing)
 

@@ -105,8 +105,14 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         w.checkpoint_interval_s <= index.policy.checkpoint.spot_max_interval_s
     )
     key = (
-        queue.name, w.klass, w.tolerations, tuple(sorted(w.node_selector.items())), w.pools,
-        pods.mig_profile, pods.gpus_per_pod, spot_ok,
+        queue.name,
+        w.klass,
+        w.tolerations,
+        tuple(sorted(w.node_selector.items())),
+        w.pools,
+        pods.mig_profile,
+        pods.gpus_per_pod,
+        spot_ok,
     )
     cached = index.eligibility_cache.get(key)
     if cached is None:

@@ -84,7 +84,9 @@ class CycleState:
             if node is None:
                 raise SnapshotError(f"running workload {wid}: unknown node '{pod.node}'")
             if self.cap.node_pool[node] != placement.pool:
-                raise SnapshotError(f"running workload {wid}: node {pod.node} is not in pool {placement.pool}")
+                raise SnapshotError(
+                    f"running workload {wid}: node {pod.node} is not in pool {placement.pool}"
+                )
             if pod.mig_profile is None:
                 self.cap.take_specific(node, pod.gpus)
                 milli += len(pod.gpus) * MILLI_PER_GPU
@@ -105,9 +107,17 @@ class CycleState:
         if queue is not None:
             self.ledger.charge(queue, placement.flavor, milli)
         self.running[wid] = RunEntry(
-            id=wid, queue=queue, tier=tier, preemptible=preemptible, pool=placement.pool,
-            flavor=placement.flavor, milli=milli, slots=slots, start=run.start_time,
-            end_estimate=run.start_time + duration, last_checkpoint=run.last_checkpoint_time,
+            id=wid,
+            queue=queue,
+            tier=tier,
+            preemptible=preemptible,
+            pool=placement.pool,
+            flavor=placement.flavor,
+            milli=milli,
+            slots=slots,
+            start=run.start_time,
+            end_estimate=run.start_time + duration,
+            last_checkpoint=run.last_checkpoint_time,
         )
 
     def expected_end(self, entry: RunEntry) -> float:
@@ -148,6 +158,7 @@ class CycleState:
         """The model Placement of ``slots``."""
         names = self.cap.names
         return Placement(
-            pool=pool, flavor=flavor,
+            pool=pool,
+            flavor=flavor,
             pods=tuple(PodPlacement(names[node], gpus, mig) for node, gpus, mig in slots),
         )
