@@ -1,0 +1,271 @@
+"""Scheduler benchmark: cycle time over 10,000 pending workloads, sustained admission rate, peak memory.
+
+Runs gpuplane's scheduler and a naive baseline (FIFO first-fit that re-scans every node for every pod,
+with the same quota check) on the same inputs in this process and prints both and their ratio.
+
+    python bench/scheduler.py            # full size: 1,000 nodes / 10,000 pending; 5,000 nodes sustained
+    python bench/scheduler.py --quick    # a smaller run for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+import tracemalloc
+
+import yaml
+
+from gpuplane.model import (
+    ClusterSnapshot,
+    Node,
+    Placement,
+    PodPlacement,
+    PodSet,
+    RunningWorkload,
+    Workload,
+    WorkloadClass,
+)
+from gpuplane.policy import PolicySpec, parse_policy
+from gpuplane.policy.nodes import pool_nodes
+from gpuplane.scheduler import PolicyIndex, schedule
+
+TEAMS = 8
+
+
+def bench_policy(nodes: int) -> PolicySpec:
+    gpus = nodes * 8
+    per_team = gpus // TEAMS
+    doc = {
+        "gpu_models": [{"name": "h100", "memory_gib": 80}],
+        "pools": [
+            {
+                "name": "gpu",
+                "gpu_model": "h100",
+                "gpus_per_node": 8,
+                "max_nodes": nodes,
+                "price_per_node_hour": 60,
+                "topology": {"nodes_per_domain": 32},
+            }
+        ],
+        "teams": [
+            {
+                "name": f"team{i}",
+                "cohort": "all",
+                "pools": ["gpu"],
+                "weight": 1 + i % 3,
+                "quotas": {"h100": {"nominal": per_team}},
+            }
+            for i in range(TEAMS)
+        ],
+        "priorities": [{"name": "high", "value": 1000, "may_preempt": ["low"]}, {"name": "low", "value": 100}],
+        "default_priority": "low",
+    }
+    return parse_policy(yaml.safe_dump(doc), "bench.yaml")
+
+
+SHAPES = [(1, 1)] * 40 + [(1, 2)] * 15 + [(1, 4)] * 15 + [(1, 8)] * 15 + [(2, 8)] * 8 + [(4, 8)] * 5 + [(8, 8)] * 2
+
+
+def workloads(rng: random.Random, count: int, start: int, now: float) -> list[Workload]:
+    out = []
+    for i in range(start, start + count):
+        pods, gpus = rng.choice(SHAPES)
+        out.append(
+            Workload(
+                f"w{i}",
+                f"team{rng.randrange(TEAMS)}",
+                WorkloadClass.BATCH,
+                PodSet(pods, gpus),
+                now + i * 1e-3,
+                priority="high" if rng.random() < 0.05 else None,
+                estimated_duration_s=rng.uniform(600, 36000),
+            )
+        )
+    return out
+
+
+def fill(index: PolicyIndex, nodes: list[Node], pending: list[Workload], now: float) -> list[RunningWorkload]:
+    result = schedule(index, ClusterSnapshot(now, nodes, [], pending))
+    by_id = {w.id: w for w in pending}
+    return [RunningWorkload(by_id[d.workload_id], d.placement, now) for d in result.admitted if d.placement]
+
+
+def naive_cycle(index: PolicyIndex, snapshot: ClusterSnapshot) -> int:
+    """FIFO first-fit: for every pod scan all nodes from the first; quota as nominal + cohort pool."""
+    free = {n.name: n.gpus for n in snapshot.nodes}
+    usage: dict[str, int] = {}
+    for run in snapshot.running:
+        for pod in run.placement.pods:
+            free[pod.node] -= len(pod.gpus)
+        usage[run.workload.queue] = usage.get(run.workload.queue, 0) + run.placement.whole_gpus
+    capacity = sum(free.values()) + sum(usage.values())
+    names = [n.name for n in snapshot.nodes]
+    admitted = 0
+    for w in sorted(snapshot.pending, key=lambda w: w.submit_time):
+        need = w.pods.count * w.pods.gpus_per_pod
+        if sum(usage.values()) + need > capacity:
+            continue
+        taken: list[str] = []
+        for _ in range(w.pods.count):
+            for name in names:
+                if free[name] >= w.pods.gpus_per_pod:
+                    free[name] -= w.pods.gpus_per_pod
+                    taken.append(name)
+                    break
+            else:
+                break
+        if len(taken) < w.pods.count:
+            for name in taken:
+                free[name] += w.pods.gpus_per_pod
+            continue
+        usage[w.queue] = usage.get(w.queue, 0) + need
+        admitted += 1
+    return admitted
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def bench_cycle(nodes_n: int, pending_n: int, cycles: int) -> None:
+    rng = random.Random(1)
+    policy = bench_policy(nodes_n)
+    index = PolicyIndex(policy)
+    nodes = pool_nodes(policy.pool("gpu"), nodes_n)
+    running = fill(index, nodes, workloads(rng, pending_n, 0, -3600.0), -3600.0)
+    used = sum(r.placement.whole_gpus for r in running)
+    pending = workloads(rng, pending_n, pending_n, 0.0)
+    snapshot = ClusterSnapshot(0.0, nodes, running, pending)
+    print(
+        f"\n== one scheduling cycle: {nodes_n} nodes / {nodes_n * 8} GPUs ({used / (nodes_n * 8):.0%} allocated, "
+        f"{len(running)} running), {pending_n} pending =="
+    )
+    times, naive_times = [], []
+    result = None
+    for _ in range(cycles):
+        t0 = time.perf_counter()
+        result = schedule(index, snapshot)
+        times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        naive_admitted = naive_cycle(index, snapshot)
+        naive_times.append(time.perf_counter() - t0)
+    assert result is not None
+    tracemalloc.start()
+    schedule(index, snapshot)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    p50, p99 = percentile(times, 50) * 1e3, percentile(times, 99) * 1e3
+    n50, n99 = percentile(naive_times, 50) * 1e3, percentile(naive_times, 99) * 1e3
+    print(
+        f"gpuplane: cycle p50 {p50:.1f} ms, p99 {p99:.1f} ms over {cycles} cycles; "
+        f"{len(result.admitted)} admitted, {len(result.preempted)} preempted, {len(result.waiting)} waiting "
+        f"(each with a reason); peak memory of a cycle {peak / 2**20:.1f} MiB"
+    )
+    print(
+        f"naive first-fit: cycle p50 {n50:.1f} ms, p99 {n99:.1f} ms; {naive_admitted} admitted (no reasons, "
+        f"no fairness, no backfill)"
+    )
+    print(
+        f"ratio naive/gpuplane cycle p50: {n50 / p50:.2f}x   target p99 <= 100 ms: {'MET' if p99 <= 100 else 'MISSED'}"
+    )
+
+
+def bench_sustained(nodes_n: int, rounds: int, per_round: int) -> None:
+    rng = random.Random(2)
+    policy = bench_policy(nodes_n)
+    index = PolicyIndex(policy)
+    nodes = pool_nodes(policy.pool("gpu"), nodes_n)
+    print(
+        f"\n== sustained admission: {nodes_n} nodes / {nodes_n * 8} GPUs, {rounds} cycles, "
+        f"{per_round} arrivals per cycle, completions free GPUs between cycles =="
+    )
+
+    def run(scheduler: str) -> tuple[int, float]:
+        rng.seed(3)
+        running: list[RunningWorkload] = []
+        pending: list[Workload] = []
+        seq = 0
+        admitted = 0
+        elapsed = 0.0
+        for r in range(rounds):
+            now = float(r * 60)
+            pending += workloads(rng, per_round, seq, now)
+            seq += per_round
+            snapshot = ClusterSnapshot(now, nodes, running, pending)
+            t0 = time.perf_counter()
+            if scheduler == "gpuplane":
+                result = schedule(index, snapshot)
+                ids = {d.workload_id for d in result.admitted}
+                placed = {d.workload_id: d.placement for d in result.admitted}
+                victims = {d.workload_id for d in result.preempted}
+            else:
+                ids, placed = naive_admit(snapshot)
+                victims = set()
+            elapsed += time.perf_counter() - t0
+            pending += [r.workload for r in running if r.workload.id in victims]
+            running = [r for r in running if r.workload.id not in victims]
+            admitted += len(ids)
+            by_id = {w.id: w for w in pending}
+            running += [RunningWorkload(by_id[i], placed[i], now) for i in ids if placed[i] is not None]
+            pending = [w for w in pending if w.id not in ids]
+            rng.shuffle(running)
+            running = running[len(running) // 4 :]  # a quarter of the running work finishes
+        return admitted, elapsed
+
+    g_admitted, g_elapsed = run("gpuplane")
+    n_admitted, n_elapsed = run("naive")
+    g_rate, n_rate = g_admitted / g_elapsed, n_admitted / n_elapsed
+    print(f"gpuplane: {g_admitted} admissions in {g_elapsed:.2f} s of scheduling = {g_rate:,.0f} admissions/s")
+    print(f"naive first-fit: {n_admitted} admissions in {n_elapsed:.2f} s = {n_rate:,.0f} admissions/s")
+    print(
+        f"ratio gpuplane/naive admissions/s: {g_rate / n_rate:.2f}x   target >= 1,000/s: "
+        f"{'MET' if g_rate >= 1000 else 'MISSED'}"
+    )
+
+
+def naive_admit(snapshot: ClusterSnapshot) -> tuple[set[str], dict[str, Placement | None]]:
+    """The naive baseline with placements, for the sustained run."""
+    free: dict[str, list[int]] = {n.name: list(range(n.gpus)) for n in snapshot.nodes}
+    for run in snapshot.running:
+        for pod in run.placement.pods:
+            held = set(pod.gpus)
+            free[pod.node] = [g for g in free[pod.node] if g not in held]
+    names = [n.name for n in snapshot.nodes]
+    ids: set[str] = set()
+    placed: dict[str, Placement | None] = {}
+    for w in sorted(snapshot.pending, key=lambda w: w.submit_time):
+        pods = []
+        for _ in range(w.pods.count):
+            for name in names:
+                if len(free[name]) >= w.pods.gpus_per_pod:
+                    gpus = tuple(free[name][: w.pods.gpus_per_pod])
+                    free[name] = free[name][w.pods.gpus_per_pod :]
+                    pods.append(PodPlacement(name, gpus))
+                    break
+            else:
+                break
+        if len(pods) < w.pods.count:
+            for pod in pods:
+                free[pod.node] = sorted(free[pod.node] + list(pod.gpus))
+            continue
+        ids.add(w.id)
+        placed[w.id] = Placement("gpu", "h100", tuple(pods))
+    return ids, placed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes for a smoke test")
+    args = parser.parse_args()
+    if args.quick:
+        bench_cycle(100, 1000, 5)
+        bench_sustained(500, 5, 500)
+    else:
+        bench_cycle(1000, 10_000, 20)
+        bench_sustained(5000, 10, 5000)
+
+
+if __name__ == "__main__":
+    main()
