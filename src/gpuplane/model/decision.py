@@ -42,13 +42,27 @@ class ReasonCode(StrEnum):
     BLOCKED_BY_QUEUE_HEAD = "blocked_by_queue_head"
 
 
+class _Lenient(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
 @dataclass(frozen=True, slots=True)
 class Reason:
-    """A reason code, a sentence for humans, and the figures behind it."""
+    """A reason code, the figures behind it, and a sentence for humans rendered from them on demand.
+
+    ``template`` is a ``str.format`` pattern over ``details``; rendering is deferred because a cycle
+    produces thousands of reasons and most are read only by machines.
+    """
 
     code: ReasonCode
-    message: str
+    template: str
     details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        """The human sentence: the template filled from the details (unknown fields show as '?')."""
+        return self.template.format_map(_Lenient(self.details))
 
 
 @dataclass(frozen=True, slots=True)

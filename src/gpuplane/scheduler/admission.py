@@ -55,6 +55,15 @@ class Admitter:
         """Capacity was freed (preemption) or a reservation changed: cached failures no longer hold."""
         self._memo.clear()
 
+    def could_fit(self, r: Resolved, option: FlavorOption) -> bool:
+        """A cheap necessary test for ``try_option``: the quota admits the minimum and some pool has room."""
+        st = self.state
+        if not st.ledger.check(r.queue, option.flavor, option.milli * r.required, r.preemptible).ok:
+            return False
+        if r.mig_profile is not None:
+            return True
+        return any(st.cap.pools[p.name].pods_capacity(r.gpus_per_pod) >= r.required for p in option.pools)
+
     def try_option(self, r: Resolved, option: FlavorOption, commit: bool) -> tuple[Fit | None, list[Failure]]:
         """Fit ``r`` under ``option``'s flavor: quota first, then each of its pools in order.
 

@@ -104,7 +104,8 @@ class _Cycle:
         self.fair = index.policy.scheduling.fair_sharing
         self.preemption = index.policy.scheduling.preemption.enabled
         self.blocked_pools: dict[str, str] = {}
-        self.preempt_memo: dict[tuple[str, int, str], int] = {}
+        self.preempt_memo: dict[tuple[object, ...], int] = {}
+        self.shares: dict[str, tuple[int, float]] = {}
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
@@ -119,13 +120,16 @@ class _Cycle:
         heap: list[tuple[int, float, float, str, str, int]] = []
         for name, items in queues.items():
             items.sort(key=lambda r: (-r.priority, r.workload.submit_time, r.id))
-            heapq.heappush(heap, self._key(items[0], name, 0))
+            heap.append(self._key(items[0], name, 0))
+        heapq.heapify(heap)
         while heap:
-            *_, name, pos = heapq.heappop(heap)
+            *_, name, pos = heap[0]
             items = queues[name]
             self._decide(items[pos], pos)
             if pos + 1 < len(items):
-                heapq.heappush(heap, self._key(items[pos + 1], name, pos + 1))
+                heapq.heapreplace(heap, self._key(items[pos + 1], name, pos + 1))
+            else:
+                heapq.heappop(heap)
         views = tuple(
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
@@ -133,8 +137,15 @@ class _Cycle:
         return CycleResult(self.st.now, tuple(self.decisions), views)
 
     def _key(self, r: Resolved, name: str, pos: int) -> tuple[int, float, float, str, str, int]:
-        share = self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity) if self.fair else 0.0
-        return (-r.priority, share, r.workload.submit_time, r.id, name, pos)
+        share = 0.0
+        if self.fair:
+            version = self.st.ledger.queue_version[name]
+            cached = self.shares.get(name)
+            if cached is None or cached[0] != version:
+                cached = (version, self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity))
+                self.shares[name] = cached
+            share = cached[1]
+        return (-r.priority, share, r.workload.submit_time, r.workload.id, name, pos)
 
     # -- 4-6: one head ----------------------------------------------------------------------------------
     def _decide(self, r: Resolved, position: int) -> None:
@@ -223,13 +234,12 @@ class _Cycle:
         )
 
     def _try_preemption(self, r: Resolved) -> bool:
-        key = (r.queue.name, r.priority, r.options[0].flavor)
-        need = r.required * max(o.milli for o in r.options)
-        if key in self.preempt_memo and need >= self.preempt_memo[key]:
+        key = (r.queue.name, r.priority, r.options[0].flavor, r.gpus_per_pod, r.mig_profile, r.topology)
+        if key in self.preempt_memo and r.required >= self.preempt_memo[key]:
             return False
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
-            self.preempt_memo[key] = min(need, self.preempt_memo.get(key, need))
+            self.preempt_memo[key] = min(r.required, self.preempt_memo.get(key, r.required))
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
         for victim in plan.victims:
@@ -261,7 +271,7 @@ class _Cycle:
                     ),
                 )
             )
-            del self.st.running[victim.id]
+            self.st.evict(victim)
         self.admitter.forget()
         self.preempt_memo.clear()
         self._admit(r, plan.fit, tuple(v.id for v in plan.victims))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplane.model.gpu import MILLI_PER_GPU, MigGeometry, parse_mig_profile
+from gpuplane.model.workload import TopologyMode, WorkloadClass
 from gpuplane.policy.schema import PolicySpec, PoolSpec
 
 
@@ -70,6 +71,19 @@ class QueueInfo:
         return FlavorQuota(0, None if self.cohort else 0, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class ClassInfo:
+    """A workload class's defaults, resolved against the policy's tiers."""
+
+    name: str
+    tier: TierInfo | None
+    default_duration_s: float
+    preemptible: bool
+    gang: bool
+    allow_spot: bool
+    topology: TopologyMode
+
+
 class PolicyIndex:
     """Lookup tables derived from a validated policy. Build once per policy, reuse every cycle."""
 
@@ -109,6 +123,18 @@ class PolicyIndex:
             t.name: TierInfo(t.name, t.value, t.preemptible, frozenset(t.may_preempt))
             for t in policy.priorities
         }
+        self.classes: dict[WorkloadClass, ClassInfo] = {}
+        for klass in WorkloadClass:
+            spec = policy.workload_classes.get(klass.value)
+            self.classes[klass] = ClassInfo(
+                name=klass.value,
+                tier=self.tiers.get(spec.default_priority or policy.default_priority),
+                default_duration_s=spec.default_duration_s,
+                preemptible=spec.preemptible,
+                gang=spec.gang,
+                allow_spot=spec.allow_spot,
+                topology=TopologyMode(spec.topology),
+            )
         self.queues: dict[str, QueueInfo] = {}
         for team in policy.teams:
             quotas = {}

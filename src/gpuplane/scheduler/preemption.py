@@ -12,9 +12,13 @@ Non-preemptible work is never a victim, nor is work admitted earlier in the same
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.scheduler.admission import Admitter, Fit
+from gpuplane.scheduler.index import QueueInfo, TierInfo
 from gpuplane.scheduler.resolve import FlavorOption, Resolved
 from gpuplane.scheduler.state import CycleState, RunEntry
 
@@ -27,34 +31,51 @@ class PreemptionPlan:
     victims: list[RunEntry]
 
 
-def _candidates(st: CycleState, r: Resolved, option: FlavorOption) -> list[RunEntry]:
+@dataclass(slots=True)
+class _Source:
+    """One queue whose running work may supply victims, and which of its tiers may."""
+
+    queue: QueueInfo
+    accept: Callable[[TierInfo], bool]
+
+
+def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _Source]:
+    """The queues that may lose work to ``r`` on ``option``'s flavor, each with its tier filter."""
+    flavor = option.flavor
+    sources = {
+        r.queue.name: _Source(r.queue, lambda t: t.value < r.priority and t.name in r.tier.may_preempt)
+    }
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
-    quota = r.queue.quota(option.flavor)
-    within_nominal = st.ledger.usage[r.queue.name][option.flavor] + option.milli * r.required <= quota.nominal
-    found = []
-    for e in st.running.values():
-        if (
-            e.flavor != option.flavor
-            or not e.preemptible
-            or e.queue is None
-            or e.tier is None
-            or e.admitted_now
-        ):
+    if reclaim == "never" or r.queue.cohort is None:
+        return sources
+    quota = r.queue.quota(flavor)
+    if st.ledger.usage[r.queue.name][flavor] + option.milli * r.required > quota.nominal:
+        return sources
+    accept: Callable[[TierInfo], bool] = (lambda t: True) if reclaim == "any" else (lambda t: t.value < r.priority)
+    for name in st.index.cohort_members[r.queue.cohort]:
+        queue = st.index.queues[name]
+        if name != r.queue.name and st.ledger.borrowing(queue, flavor):
+            sources[name] = _Source(queue, accept)
+    return sources
+
+
+def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> bool:
+    """Whether free GPUs plus every allowed victim could cover ``r`` at all (a cheap necessary test)."""
+    if r.mig_profile is not None:
+        return True
+    free = sum(st.cap.pools[p.name].free_gpus() for p in option.pools) * MILLI_PER_GPU
+    victims = sum(st.victims.milli_where(name, option.flavor, s.accept) for name, s in sources.items())
+    return free + victims >= option.milli * r.required
+
+
+def _candidates(st: CycleState, option: FlavorOption, sources: dict[str, _Source]) -> Iterator[RunEntry]:
+    """Allowed victims in victim order (tier, lost work, most recent start), merged across queues."""
+    ranked = [st.victims.ranked.get((name, option.flavor), []) for name in sources]
+    for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
+        if e.evicted or e.queue is None or e.tier is None:
             continue
-        if e.queue is r.queue:
-            if e.tier.value < r.priority and e.tier.name in r.tier.may_preempt:
-                found.append(e)
-        elif (
-            reclaim != "never"
-            and within_nominal
-            and r.queue.cohort is not None
-            and e.queue.cohort == r.queue.cohort
-            and (reclaim == "any" or e.tier.value < r.priority)
-            and st.ledger.borrowing(e.queue, option.flavor)
-        ):
-            found.append(e)
-    found.sort(key=lambda e: (e.tier.value if e.tier else 0, e.lost_work_s(st.now), -e.start, e.id))
-    return found
+        if sources[e.queue.name].accept(e.tier):
+            yield e
 
 
 def _may_take(st: CycleState, r: Resolved, e: RunEntry) -> bool:
@@ -65,8 +86,8 @@ def _may_take(st: CycleState, r: Resolved, e: RunEntry) -> bool:
 def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
     """Find victims for ``r`` on its first flavor where some exist, take its placement, and return the plan.
 
-    Greedy in victim order until ``r`` fits, then every victim whose return still lets ``r`` fit is
-    spared (most valuable first), which leaves a minimal set. On success the victims are released and
+    Greedy in victim order until ``r`` fits; then ``r`` is placed and every victim that holds none of
+    the placement's GPUs and whose quota ``r`` does not need is spared (most valuable first). On success the victims are released and
     the placement is taken in the cycle state; on failure the state is unchanged.
     """
     admitter.begin_trial()
@@ -76,20 +97,24 @@ def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> Preempti
         admitter.end_trial()
 
 
+def _fits(admitter: Admitter, r: Resolved, option: FlavorOption) -> bool:
+    return admitter.could_fit(r, option) and admitter.try_option(r, option, commit=False)[0] is not None
+
+
 def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
     for option in r.options:
-        candidates = _candidates(st, r, option)
-        if not candidates:
+        sources = _sources(st, r, option)
+        if not _enough(st, r, option, sources):
             continue
         mark = st.cap.mark()
         removed: list[RunEntry] = []
         fits = False
-        for e in candidates:
+        for e in _candidates(st, option, sources):
             if not _may_take(st, r, e):
                 continue
             st.release(e)
             removed.append(e)
-            if admitter.try_option(r, option, commit=False)[0] is not None:
+            if _fits(admitter, r, option):
                 fits = True
                 break
         if not fits:
@@ -98,13 +123,23 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
                     st.ledger.charge(e.queue, e.flavor, e.milli)
             st.cap.rollback(mark)
             continue
-        for e in reversed(removed[:-1]):
-            st.reacquire(e)
-            if admitter.try_option(r, option, commit=False)[0] is not None:
-                removed.remove(e)
-            else:
-                st.release(e)
         fit, _ = admitter.try_option(r, option, commit=True)
         assert fit is not None
-        return PreemptionPlan(fit, removed)
+        return PreemptionPlan(fit, _spare(st, r, option, fit, removed))
     return None
+
+
+def _spare(st: CycleState, r: Resolved, option: FlavorOption, fit: Fit, removed: list[RunEntry]) -> list[RunEntry]:
+    """Give back every removed victim the placement does not touch and the quota does not need."""
+    used = {(node, gpu) for node, gpus, _ in fit.slots for gpu in gpus}
+    victims: list[RunEntry] = []
+    for e in reversed(removed):
+        if any((node, gpu) in used for node, gpus, _ in e.slots for gpu in gpus):
+            victims.append(e)
+            continue
+        st.reacquire(e)
+        if not st.ledger.check(r.queue, option.flavor, fit.milli, r.preemptible).ok:
+            st.release(e)
+            victims.append(e)
+    victims.reverse()
+    return victims

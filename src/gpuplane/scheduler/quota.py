@@ -16,7 +16,7 @@ from gpuplane.model.decision import ReasonCode
 from gpuplane.scheduler.index import PolicyIndex, QueueInfo
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class QuotaVerdict:
     """Whether a request fits the quota, whether it borrows, and if not, why."""
 
@@ -24,6 +24,10 @@ class QuotaVerdict:
     borrowing: bool = False
     code: ReasonCode | None = None
     details: dict[str, Any] = field(default_factory=dict)
+
+
+_OK = QuotaVerdict(True)
+_BORROWING = QuotaVerdict(True, borrowing=True)
 
 
 def _gpus(milli: int) -> float | int:
@@ -40,6 +44,9 @@ class QuotaLedger:
         self.total: dict[str, int] = defaultdict(int)
         self.jobs: dict[str, int] = defaultdict(int)
         self.drawn: dict[tuple[str, str], int] = defaultdict(int)
+        self.version = 0
+        self.queue_version: dict[str, int] = defaultdict(int)
+        self._refusals: dict[tuple[str, str, ReasonCode], tuple[int, dict[str, Any]]] = {}
 
     def _excess(self, queue: QueueInfo, flavor: str, usage: int) -> int:
         return max(0, usage - queue.quota(flavor).guaranteed)
@@ -65,42 +72,52 @@ class QuotaLedger:
         quota = queue.quota(flavor)
         used = self.usage[queue.name][flavor]
         after = used + milli
-        base = {
-            "flavor": flavor,
-            "in_use": _gpus(used),
-            "requested": _gpus(milli),
-            "nominal": _gpus(quota.nominal),
-        }
         if queue.cohort is None:
             if after > quota.nominal:
-                return QuotaVerdict(False, code=ReasonCode.QUOTA_NOMINAL_EXCEEDED, details=base)
-            return QuotaVerdict(True)
+                return self._refuse(ReasonCode.QUOTA_NOMINAL_EXCEEDED, queue, flavor, milli)
+            return _OK
         borrowing = after > quota.nominal
         if borrowing:
             if quota.borrow_limit is not None and after > quota.nominal + quota.borrow_limit:
-                return QuotaVerdict(
-                    False,
-                    code=ReasonCode.BORROWING_LIMIT_EXCEEDED,
-                    details={**base, "borrowing_limit": _gpus(quota.borrow_limit)},
-                )
+                return self._refuse(ReasonCode.BORROWING_LIMIT_EXCEEDED, queue, flavor, milli)
             if not preemptible and not queue.allow_nonpreemptible_borrowing:
-                return QuotaVerdict(False, code=ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW, details=base)
+                return self._refuse(ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW, queue, flavor, milli)
+        guaranteed = quota.guaranteed
+        extra = max(0, after - guaranteed) - max(0, used - guaranteed)
         key = (queue.cohort, flavor)
-        extra = self._excess(queue, flavor, after) - self._excess(queue, flavor, used)
-        pool = self.index.cohort_lendable.get(key, 0)
-        if self.drawn[key] + extra > pool:
-            return QuotaVerdict(
-                False,
-                code=ReasonCode.COHORT_QUOTA_EXHAUSTED,
-                details={
-                    **base,
+        if extra and self.drawn[key] + extra > self.index.cohort_lendable.get(key, 0):
+            return self._refuse(ReasonCode.COHORT_QUOTA_EXHAUSTED, queue, flavor, milli)
+        return _BORROWING if borrowing else _OK
+
+    def _refuse(self, code: ReasonCode, queue: QueueInfo, flavor: str, milli: int) -> QuotaVerdict:
+        key = (queue.name, flavor, code)
+        cached = self._refusals.get(key)
+        if cached is None or cached[0] != self.version:
+            cached = (self.version, self._refusal_details(code, queue, flavor))
+            self._refusals[key] = cached
+        return QuotaVerdict(False, code=code, details={**cached[1], "requested": _gpus(milli)})
+
+    def _refusal_details(self, code: ReasonCode, queue: QueueInfo, flavor: str) -> dict[str, Any]:
+        quota = queue.quota(flavor)
+        details: dict[str, Any] = {
+            "flavor": flavor,
+            "in_use": _gpus(self.usage[queue.name][flavor]),
+            "nominal": _gpus(quota.nominal),
+        }
+        if code is ReasonCode.BORROWING_LIMIT_EXCEEDED:
+            assert quota.borrow_limit is not None
+            details["borrowing_limit"] = _gpus(quota.borrow_limit)
+        elif code is ReasonCode.COHORT_QUOTA_EXHAUSTED:
+            key = (queue.cohort, flavor)
+            details.update(
+                {
                     "cohort": queue.cohort,
-                    "cohort_lendable": _gpus(pool),
+                    "cohort_lendable": _gpus(self.index.cohort_lendable.get(key, 0)),
                     "cohort_in_use": _gpus(self.drawn[key]),
                     "guaranteed": _gpus(quota.guaranteed),
-                },
+                }
             )
-        return QuotaVerdict(True, borrowing=borrowing)
+        return details
 
     def charge(self, queue: QueueInfo, flavor: str, milli: int) -> None:
         """Account one admitted workload of ``milli`` on ``flavor``."""
@@ -111,6 +128,8 @@ class QuotaLedger:
         self._add(queue, flavor, -milli, -1)
 
     def _add(self, queue: QueueInfo, flavor: str, milli: int, jobs: int) -> None:
+        self.version += 1
+        self.queue_version[queue.name] += 1
         used = self.usage[queue.name][flavor]
         if queue.cohort is not None:
             key = (queue.cohort, flavor)

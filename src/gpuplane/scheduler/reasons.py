@@ -57,17 +57,12 @@ _TEMPLATES: dict[ReasonCode, str] = {
 }
 
 
-class _Lenient(dict[str, Any]):
-    def __missing__(self, key: str) -> str:
-        return "?"
-
-
 def make_reason(code: ReasonCode, details: Mapping[str, Any]) -> Reason:
-    """A Reason whose message is the code's template filled from ``details``."""
+    """A Reason whose message is the code's template, filled from ``details`` when it is read."""
     template = _TEMPLATES[code]
     if code is ReasonCode.INSUFFICIENT_CAPACITY and "mig_profile" in details:
         template = (
             "not enough MIG capacity on pool {pool}: {slices_that_fit} {mig_profile} slice(s) fit, "
             "{slices_needed} needed"
         )
-    return Reason(code, template.format_map(_Lenient(details)), dict(details))
+    return Reason(code, template, details)

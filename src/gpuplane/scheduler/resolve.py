@@ -83,10 +83,10 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
     queue = index.queues.get(w.queue)
     if queue is None:
         raise InvalidWorkload(f"unknown queue '{w.queue}'; known: {', '.join(sorted(index.queues))}")
-    klass = index.policy.workload_classes.get(w.klass.value)
-    tier_name = w.priority or klass.default_priority or index.policy.default_priority
-    tier = index.tiers.get(tier_name)
+    klass = index.classes[w.klass]
+    tier = klass.tier if w.priority is None else index.tiers.get(w.priority)
     if tier is None:
+        tier_name = w.priority or index.policy.workload_classes.get(w.klass.value).default_priority
         raise InvalidWorkload(f"unknown priority tier '{tier_name}'; known: {', '.join(sorted(index.tiers))}")
     pods = w.pods
     if pods.count < 1 or (pods.min_count is not None and not 1 <= pods.min_count <= pods.count):
@@ -108,7 +108,7 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         queue.name,
         w.klass,
         w.tolerations,
-        tuple(sorted(w.node_selector.items())),
+        tuple(sorted(w.node_selector.items())) if w.node_selector else (),
         w.pools,
         pods.mig_profile,
         pods.gpus_per_pod,
@@ -126,7 +126,7 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         preemptible=preemptible,
         gang=gang,
         duration_s=w.estimated_duration_s or klass.default_duration_s,
-        topology=w.topology or TopologyMode(klass.topology),
+        topology=w.topology or klass.topology,
         count=pods.count,
         required=required,
         gpus_per_pod=pods.gpus_per_pod if pods.mig_profile is None else 0,

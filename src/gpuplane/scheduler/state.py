@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from gpuplane.model.cluster import ClusterSnapshot
@@ -15,7 +16,7 @@ from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, resolve
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class RunEntry:
     """A workload holding GPUs, as the cycle tracks it (snapshot's running work plus this cycle's admits)."""
 
@@ -31,6 +32,7 @@ class RunEntry:
     end_estimate: float
     last_checkpoint: float | None = None
     admitted_now: bool = False
+    evicted: bool = False
 
     def lost_work_s(self, now: float) -> float:
         """Progress lost if stopped now: time since the last checkpoint, or since start."""
@@ -69,6 +71,7 @@ class CycleState:
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         for run in snapshot.running:
             self._add_running(run.workload.id, run)
+        self.victims = VictimIndex(self.running.values(), self.now)
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
         if wid in self.running:
@@ -120,6 +123,12 @@ class CycleState:
             last_checkpoint=run.last_checkpoint_time,
         )
 
+    def evict(self, entry: RunEntry) -> None:
+        """Remove a preempted entry for good (its GPUs and quota were already released)."""
+        entry.evicted = True
+        del self.running[entry.id]
+        self.victims.remove(entry)
+
     def expected_end(self, entry: RunEntry) -> float:
         """When ``entry`` is expected to free its GPUs; overrunning work gets a fixed extension."""
         if entry.end_estimate > self.now:
@@ -162,3 +171,42 @@ class CycleState:
             flavor=flavor,
             pods=tuple(PodPlacement(names[node], gpus, mig) for node, gpus, mig in slots),
         )
+
+
+def victim_rank(entry: RunEntry, now: float) -> tuple[int, float, float, str]:
+    """Victim order: lowest tier first, then least work lost, then most recently started."""
+    tier = entry.tier.value if entry.tier is not None else 0
+    return (tier, entry.lost_work_s(now), -entry.start, entry.id)
+
+
+class VictimIndex:
+    """The snapshot's preemptible running work per (queue, flavor), in victim order, with GPU totals per tier.
+
+    Work admitted during the cycle is never a victim, so the index only shrinks as entries are evicted.
+    """
+
+    def __init__(self, entries: Iterable[RunEntry], now: float) -> None:
+        self.ranked: dict[tuple[str, str], list[tuple[tuple[int, float, float, str], RunEntry]]] = {}
+        self.milli: dict[tuple[str, str], dict[TierInfo, int]] = {}
+        for e in entries:
+            if not e.preemptible or e.queue is None or e.tier is None:
+                continue
+            key = (e.queue.name, e.flavor)
+            self.ranked.setdefault(key, []).append((victim_rank(e, now), e))
+            by_tier = self.milli.setdefault(key, {})
+            by_tier[e.tier] = by_tier.get(e.tier, 0) + e.milli
+        for ranked in self.ranked.values():
+            ranked.sort(key=lambda pair: pair[0])
+
+    def remove(self, entry: RunEntry) -> None:
+        """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
+        if entry.queue is None or entry.tier is None or not entry.preemptible:
+            return
+        by_tier = self.milli.get((entry.queue.name, entry.flavor))
+        if by_tier is not None and entry.tier in by_tier:
+            by_tier[entry.tier] -= entry.milli
+
+    def milli_where(self, queue: str, flavor: str, accept: Callable[[TierInfo], bool]) -> int:
+        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` in accepted tiers."""
+        by_tier = self.milli.get((queue, flavor), {})
+        return sum(m for tier, m in by_tier.items() if accept(tier))
