@@ -87,8 +87,9 @@ def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> Preempti
     """Find victims for ``r`` on its first flavor where some exist, take its placement, and return the plan.
 
     Greedy in victim order until ``r`` fits; then ``r`` is placed and every victim that holds none of
-    the placement's GPUs and whose quota ``r`` does not need is spared (most valuable first). On success the victims are released and
-    the placement is taken in the cycle state; on failure the state is unchanged.
+    the placement's GPUs and whose quota ``r`` does not need is spared (most valuable first). On
+    success the victims are released and the placement is taken in the cycle state; on failure the
+    state is unchanged.
     """
     admitter.begin_trial()
     try:

@@ -108,6 +108,7 @@ class QuotaLedger:
             assert quota.borrow_limit is not None
             details["borrowing_limit"] = _gpus(quota.borrow_limit)
         elif code is ReasonCode.COHORT_QUOTA_EXHAUSTED:
+            assert queue.cohort is not None
             key = (queue.cohort, flavor)
             details.update(
                 {
