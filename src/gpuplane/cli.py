@@ -78,9 +78,7 @@ def cmd_schedule(args: argparse.Namespace, console: Console) -> int:
     _print_result(result, console)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(
-                {"now": result.now, "decisions": [d.to_dict() for d in result.decisions]}, handle, indent=2
-            )
+            json.dump({"now": result.now, "decisions": [d.to_dict() for d in result.decisions]}, handle, indent=2)
         console.print(f"decisions written to {args.json}")
     return 0
 

@@ -11,7 +11,5 @@ def load_policy(path: str) -> PolicySpec:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise PolicyError(
-            path, [PolicyIssue((), f"cannot read the file: {exc.strerror}", "check the path")]
-        ) from None
+        raise PolicyError(path, [PolicyIssue((), f"cannot read the file: {exc.strerror}", "check the path")]) from None
     return parse_policy(text, path)

@@ -117,9 +117,7 @@ def _workload(doc: WorkloadDoc) -> Workload:
     )
 
 
-def parse_snapshot(
-    text: str, filename: str, policy: PolicySpec, index: PolicyIndex | None = None
-) -> ClusterSnapshot:
+def parse_snapshot(text: str, filename: str, policy: PolicySpec, index: PolicyIndex | None = None) -> ClusterSnapshot:
     """Read a snapshot file against ``policy``; PolicyError names the field, the line and the fix."""
     doc, data, lines = parse_document(text, filename, SnapshotDoc, "examples/snapshot.yaml")
     index = index or PolicyIndex(policy)
@@ -237,7 +235,5 @@ def load_snapshot(path: str, policy: PolicySpec, index: PolicyIndex | None = Non
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
     except OSError as exc:
-        raise PolicyError(
-            path, [PolicyIssue((), f"cannot read the file: {exc.strerror}", "check the path")]
-        ) from None
+        raise PolicyError(path, [PolicyIssue((), f"cannot read the file: {exc.strerror}", "check the path")]) from None
     return parse_snapshot(text, path, policy, index)

@@ -38,9 +38,7 @@ class MigGeometry:
         return math.ceil(MILLI_PER_GPU * self.profiles[profile].compute_slices / self.compute_slices)
 
 
-def parse_mig_profile(
-    name: str, gpu_memory_gib: float, compute_slices: int, memory_slices: int
-) -> MigProfile:
+def parse_mig_profile(name: str, gpu_memory_gib: float, compute_slices: int, memory_slices: int) -> MigProfile:
     """Read a profile name such as ``1g.10gb`` into the slices it occupies on a GPU of this geometry.
 
     The memory slices are the profile's memory divided by the size of one memory slice, rounded to the
@@ -49,9 +47,7 @@ def parse_mig_profile(
     """
     match = _PROFILE_RE.match(name)
     if match is None:
-        raise ValueError(
-            f"'{name}' is not a MIG profile name; expected the form '<N>g.<M>gb', e.g. '1g.10gb'"
-        )
+        raise ValueError(f"'{name}' is not a MIG profile name; expected the form '<N>g.<M>gb', e.g. '1g.10gb'")
     compute = int(match["compute"])
     memory_gib = float(match["memory"])
     slice_gib = gpu_memory_gib / memory_slices

@@ -96,8 +96,6 @@ class RunningWorkload:
     def lost_work_s(self, now: float) -> float:
         """Seconds of progress lost if it stopped now (since its last checkpoint, or since it started)."""
         since = (
-            self.start_time
-            if self.last_checkpoint_time is None
-            else max(self.start_time, self.last_checkpoint_time)
+            self.start_time if self.last_checkpoint_time is None else max(self.start_time, self.last_checkpoint_time)
         )
         return max(0.0, now - since)

@@ -82,9 +82,7 @@ def _label(path: Path, data: Any) -> str:
 
 def locate(issues: list[PolicyIssue], lines: LineMap, data: Any) -> list[PolicyIssue]:
     """Attach line numbers and named paths to issues found on ``data``."""
-    return [
-        PolicyIssue(i.path, i.message, i.fix, lines.line_of(i.path), _label(i.path, data)) for i in issues
-    ]
+    return [PolicyIssue(i.path, i.message, i.fix, lines.line_of(i.path), _label(i.path, data)) for i in issues]
 
 
 def parse_document(text: str, filename: str, model: type[M], example: str) -> tuple[M, Any, LineMap]:
@@ -94,16 +92,13 @@ def parse_document(text: str, filename: str, model: type[M], example: str) -> tu
     """
     data, lines = parse_yaml(text, filename)
     if not isinstance(data, dict):
-        raise PolicyError(
-            filename, [PolicyIssue((), "the file must be a YAML mapping", f"start from {example}", 1)]
-        )
+        raise PolicyError(filename, [PolicyIssue((), "the file must be a YAML mapping", f"start from {example}", 1)])
     try:
         return model.model_validate(data), data, lines
     except ValidationError as exc:
         known = sorted(_field_names(model))
         issues = [
-            PolicyIssue(tuple(e["loc"]), _message_for(e), _fix_for(e, known))
-            for e in exc.errors(include_url=False)
+            PolicyIssue(tuple(e["loc"]), _message_for(e), _fix_for(e, known)) for e in exc.errors(include_url=False)
         ]
         raise PolicyError(filename, locate(issues, lines, data)) from None
 

@@ -15,7 +15,5 @@ def pool_nodes(pool: PoolSpec, count: int, start: int = 0) -> list[Node]:
     nodes = []
     for n in range(start, start + count):
         domain = f"{pool.name}/d{n // per_domain}" if per_domain else pool.name
-        nodes.append(
-            Node(name=f"{pool.name}-{n:04d}", pool=pool.name, gpus=pool.gpus_per_node, domain=domain)
-        )
+        nodes.append(Node(name=f"{pool.name}-{n:04d}", pool=pool.name, gpus=pool.gpus_per_node, domain=domain))
     return nodes

@@ -40,9 +40,7 @@ def _gpu_models(policy: PolicySpec) -> Iterator[PolicyIssue]:
             continue
         for pindex, profile in enumerate(model.mig.profiles):
             try:
-                parse_mig_profile(
-                    profile, model.memory_gib, model.mig.compute_slices, model.mig.memory_slices
-                )
+                parse_mig_profile(profile, model.memory_gib, model.mig.compute_slices, model.mig.memory_slices)
             except ValueError as exc:
                 yield PolicyIssue(
                     ("gpu_models", index, "mig", "profiles", pindex),
@@ -187,9 +185,7 @@ def _priorities(policy: PolicySpec) -> Iterator[PolicyIssue]:
                     f"remove it here, or set priorities[{victim.name}].preemptible: true",
                 )
     if policy.default_priority not in tiers:
-        yield PolicyIssue(
-            ("default_priority",), f"unknown priority tier '{policy.default_priority}'", _one_of(tiers)
-        )
+        yield PolicyIssue(("default_priority",), f"unknown priority tier '{policy.default_priority}'", _one_of(tiers))
     for klass in ("training", "batch", "inference"):
         spec = policy.workload_classes.get(klass)
         if spec.default_priority is not None and spec.default_priority not in tiers:

@@ -34,11 +34,7 @@ def parse_yaml(text: str, filename: str) -> tuple[Any, LineMap]:
         line = mark.line + 1 if mark is not None else None
         raise PolicyError(
             filename,
-            [
-                PolicyIssue(
-                    (), f"invalid YAML: {exc.problem or exc}", "correct the YAML syntax at that line", line
-                )
-            ],
+            [PolicyIssue((), f"invalid YAML: {exc.problem or exc}", "correct the YAML syntax at that line", line)],
         ) from None
     lines = LineMap()
     if node is None:

@@ -114,9 +114,7 @@ class CapacityIndex:
 
     def _record(self, idx: int) -> None:
         mig = self.mig[idx]
-        self.journal.append(
-            (idx, tuple(self.free[idx]), None if mig is None else {g: list(u) for g, u in mig.items()})
-        )
+        self.journal.append((idx, tuple(self.free[idx]), None if mig is None else {g: list(u) for g, u in mig.items()}))
 
     def mark(self) -> int:
         """A point to roll back to."""

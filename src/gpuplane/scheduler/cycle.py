@@ -162,16 +162,23 @@ class _Cycle:
             return
         if self.mode == "strict":
             head = next(
-                (
-                    self.blocked_pools[p.name]
-                    for o in r.options
-                    for p in o.pools
-                    if p.name in self.blocked_pools
-                ),
+                (self.blocked_pools[p.name] for o in r.options for p in o.pools if p.name in self.blocked_pools),
                 None,
             )
             if head is not None:
                 self._wait(r.id, ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
+                return
+        if len(r.options) == 1:
+            only = r.options[0]
+            verdict = self.st.ledger.check(r.queue, only.flavor, only.milli * r.required, r.preemptible)
+            if not verdict.ok:
+                assert verdict.code is not None
+                if self.preemption and self._try_preemption(r):
+                    return
+                details = verdict.details
+                details["queue"] = r.queue.name
+                details["queue_position"] = position
+                self._wait(r.workload.id, verdict.code, details)
                 return
         failures: list[Failure] = []
         for option in r.options:
@@ -234,8 +241,9 @@ class _Cycle:
         )
 
     def _try_preemption(self, r: Resolved) -> bool:
-        key = (r.queue.name, r.priority, r.options[0].flavor, r.gpus_per_pod, r.mig_profile, r.topology)
-        if key in self.preempt_memo and r.required >= self.preempt_memo[key]:
+        key = r.preemption_key
+        known = self.preempt_memo.get(key)
+        if known is not None and r.required >= known:
             return False
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
@@ -245,11 +253,7 @@ class _Cycle:
         for victim in plan.victims:
             assert victim.queue is not None and victim.tier is not None
             same_queue = victim.queue is r.queue
-            code = (
-                ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY
-                if same_queue
-                else ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
-            )
+            code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY if same_queue else ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
             lost = victim.lost_work_s(self.st.now)
             self.decisions.append(
                 Decision(
@@ -281,9 +285,7 @@ class _Cycle:
         best = min(failures, key=lambda f: _FAILURE_RANK.get(f.code, 99))
         details: dict[str, Any] = {**best.details, "queue": r.queue.name, "queue_position": position}
         if len(failures) > 1:
-            details["all_failures"] = [
-                {"flavor": f.flavor, "pool": f.pool, "reason": f.code.value} for f in failures
-            ]
+            details["all_failures"] = [{"flavor": f.flavor, "pool": f.pool, "reason": f.code.value} for f in failures]
         blocked_on = [f.pool for f in failures if f.code in CAPACITY_CODES and f.pool is not None]
         if blocked_on and self.mode == "strict":
             for pool in blocked_on:

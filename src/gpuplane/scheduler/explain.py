@@ -47,9 +47,7 @@ def explain(result: CycleResult, workload_id: str) -> str:
             lines.append(f"  pool {pool}: {why}")
         if "placement" in d:
             nodes = sorted({p["node"] for p in d["placement"]["pods"]})
-            lines.append(
-                f"  on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
-            )
+            lines.append(f"  on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}")
         if d.get("victims"):
             lines.append(f"  after preempting: {', '.join(d['victims'])}")
     return "\n".join(lines)

@@ -111,17 +111,14 @@ class PolicyIndex:
                 gpus_per_node=pool.gpus_per_node,
                 capacity_type=pool.capacity_type,
                 labels=dict(pool.labels),
-                hard_taints=tuple(
-                    (t.key, t.value, t.effect) for t in pool.taints if t.effect != "PreferNoSchedule"
-                ),
+                hard_taints=tuple((t.key, t.value, t.effect) for t in pool.taints if t.effect != "PreferNoSchedule"),
                 classes=frozenset(pool.workload_classes),
                 mig_profiles=frozenset(pool.mig_profiles),
                 mig=geometry,
                 spec=pool,
             )
         self.tiers = {
-            t.name: TierInfo(t.name, t.value, t.preemptible, frozenset(t.may_preempt))
-            for t in policy.priorities
+            t.name: TierInfo(t.name, t.value, t.preemptible, frozenset(t.may_preempt)) for t in policy.priorities
         }
         self.classes: dict[WorkloadClass, ClassInfo] = {}
         for klass in WorkloadClass:

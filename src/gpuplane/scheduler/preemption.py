@@ -42,9 +42,7 @@ class _Source:
 def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _Source]:
     """The queues that may lose work to ``r`` on ``option``'s flavor, each with its tier filter."""
     flavor = option.flavor
-    sources = {
-        r.queue.name: _Source(r.queue, lambda t: t.value < r.priority and t.name in r.tier.may_preempt)
-    }
+    sources = {r.queue.name: _Source(r.queue, lambda t: t.value < r.priority and t.name in r.tier.may_preempt)}
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
     if reclaim == "never" or r.queue.cohort is None:
         return sources

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.model.decision import ReasonCode
+from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.scheduler.index import PolicyIndex, QueueInfo
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class QuotaVerdict:
     """Whether a request fits the quota, whether it borrows, and if not, why."""
 
@@ -31,8 +32,7 @@ _BORROWING = QuotaVerdict(True, borrowing=True)
 
 
 def _gpus(milli: int) -> float | int:
-    gpus = round(milli / 1000, 3)
-    return int(gpus) if gpus == int(gpus) else gpus
+    return milli // MILLI_PER_GPU if milli % MILLI_PER_GPU == 0 else milli / MILLI_PER_GPU
 
 
 class QuotaLedger:

@@ -10,9 +10,7 @@ from gpuplane.model.decision import Reason, ReasonCode
 _TEMPLATES: dict[ReasonCode, str] = {
     ReasonCode.ADMITTED_WITHIN_NOMINAL: "admitted on pool {pool} within the queue's nominal {flavor} quota",
     ReasonCode.ADMITTED_BORROWING: "admitted on pool {pool} borrowing unused {flavor} quota of cohort {cohort}",
-    ReasonCode.ADMITTED_BACKFILL: (
-        "backfilled on pool {pool}: it does not delay the reserved start of {reserved_for}"
-    ),
+    ReasonCode.ADMITTED_BACKFILL: ("backfilled on pool {pool}: it does not delay the reserved start of {reserved_for}"),
     ReasonCode.ADMITTED_AFTER_PREEMPTION: "admitted on pool {pool} after preempting {victim_count} workload(s)",
     ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY: (
         "preempted by {preemptor} (priority {preemptor_priority} > {priority}) in queue {queue}"
@@ -43,8 +41,7 @@ _TEMPLATES: dict[ReasonCode, str] = {
         "not enough free GPUs on pool {pool}: {pods_that_fit} pod(s) fit now, {pods_needed} needed"
     ),
     ReasonCode.TOPOLOGY_UNSATISFIABLE: (
-        "no topology domain of pool {pool} fits the gang: the largest fits {largest_domain_fits} of "
-        "{pods_needed} pods"
+        "no topology domain of pool {pool} fits the gang: the largest fits {largest_domain_fits} of {pods_needed} pods"
     ),
     ReasonCode.RESERVED: (
         "first in line for pool {pool}: GPUs are reserved for it, expected start at t={start:.0f}s "

@@ -39,6 +39,7 @@ class Resolved:
     mig_profile: str | None
     options: list[FlavorOption]
     rejected_pools: dict[str, str] = field(default_factory=dict)
+    preemption_key: tuple[object, ...] = ()
 
     @property
     def id(self) -> str:
@@ -119,6 +120,8 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         cached = _eligible(w, queue, index, klass.allow_spot)
         index.eligibility_cache[key] = cached
     options, rejected = cached
+    topology = w.topology or klass.topology
+    gpus_per_pod = pods.gpus_per_pod if pods.mig_profile is None else 0
     return Resolved(
         workload=w,
         queue=queue,
@@ -126,13 +129,21 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         preemptible=preemptible,
         gang=gang,
         duration_s=w.estimated_duration_s or klass.default_duration_s,
-        topology=w.topology or klass.topology,
+        topology=topology,
         count=pods.count,
         required=required,
-        gpus_per_pod=pods.gpus_per_pod if pods.mig_profile is None else 0,
+        gpus_per_pod=gpus_per_pod,
         mig_profile=pods.mig_profile,
         options=options,
         rejected_pools=rejected,
+        preemption_key=(
+            queue.name,
+            tier.value,
+            options[0].flavor if options else None,
+            gpus_per_pod,
+            pods.mig_profile,
+            topology,
+        ),
     )
 
 

@@ -87,9 +87,7 @@ class CycleState:
             if node is None:
                 raise SnapshotError(f"running workload {wid}: unknown node '{pod.node}'")
             if self.cap.node_pool[node] != placement.pool:
-                raise SnapshotError(
-                    f"running workload {wid}: node {pod.node} is not in pool {placement.pool}"
-                )
+                raise SnapshotError(f"running workload {wid}: node {pod.node} is not in pool {placement.pool}")
             if pod.mig_profile is None:
                 self.cap.take_specific(node, pod.gpus)
                 milli += len(pod.gpus) * MILLI_PER_GPU
