@@ -118,9 +118,7 @@ def job(
 ) -> Workload:
     mig = kw.pop("mig", None)
     min_count = kw.pop("min_count", None)
-    return Workload(
-        wid, queue, WorkloadClass(klass), PodSet(pods, 0 if mig else gpus, mig, min_count), t, **kw
-    )
+    return Workload(wid, queue, WorkloadClass(klass), PodSet(pods, 0 if mig else gpus, mig, min_count), t, **kw)
 
 
 def cycle(

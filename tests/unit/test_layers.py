@@ -51,10 +51,6 @@ def test_core_imports_no_io_clock_or_runtime_and_layers_point_down():
                         problems.append(f"{path.name}: imports runtime module {name}")
                     elif LAYER[parts[1]] > layer:
                         problems.append(f"{path.name}: imports upward {name}")
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in BANNED_CALLS
-            ):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in BANNED_CALLS:
                 problems.append(f"{path.name}:{node.lineno}: calls {node.func.id}()")
     assert not problems, problems

@@ -75,9 +75,7 @@ def test_required_topology_waits_rather_than_spread():
 def test_required_topology_unsatisfiable_reason():
     p = policy()
     node_list = [Node("n0", "train", 8, "d0"), Node("n1", "train", 8, "d1")]
-    res = cycle(
-        p, node_list, [job("gang", pods=2, gpus=8, klass="batch", topology=TopologyMode.REQUIRED)], now=0
-    )
+    res = cycle(p, node_list, [job("gang", pods=2, gpus=8, klass="batch", topology=TopologyMode.REQUIRED)], now=0)
     assert codes(res)["gang"] == "topology_unsatisfiable"
     assert res.decisions[0].reason.details["largest_domain_fits"] == 1
 
@@ -85,14 +83,9 @@ def test_required_topology_unsatisfiable_reason():
 def test_taints_need_tolerations_and_selectors_must_match():
     p = policy()
     node_list = nodes(p, spot=2)
-    res = cycle(
-        p, node_list, [job("nope", gpus=1, klass="batch", checkpoint_interval_s=600, pools=("spot",))]
-    )
+    res = cycle(p, node_list, [job("nope", gpus=1, klass="batch", checkpoint_interval_s=600, pools=("spot",))])
     assert codes(res)["nope"] == "no_eligible_pool"
-    assert (
-        "taint spot=true:NoSchedule not tolerated"
-        in res.decisions[0].reason.details["rejected_pools"]["spot"]
-    )
+    assert "taint spot=true:NoSchedule not tolerated" in res.decisions[0].reason.details["rejected_pools"]["spot"]
     ok = cycle(
         p,
         node_list,
@@ -134,9 +127,7 @@ def test_inference_is_isolated_from_batch_pools():
             {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 24}}},
         ]
     )
-    res = cycle(
-        p, nodes(p, train=2, infer=1), [job("svc", gpus=1, klass="inference"), job("trn", gpus=1, t=1)]
-    )
+    res = cycle(p, nodes(p, train=2, infer=1), [job("svc", gpus=1, klass="inference"), job("trn", gpus=1, t=1)])
     assert pods_of(res, "svc")[0].node.startswith("infer")
     assert pods_of(res, "trn")[0].node.startswith("train")
     only_train = cycle(p, nodes(p, train=2), [job("svc", gpus=1, klass="inference", pools=("train",))])

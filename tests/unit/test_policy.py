@@ -67,9 +67,7 @@ def test_lending_limit_above_nominal_and_unknown_tier():
     data["priorities"][0]["may_preempt"] = ["normal", "lowest"]
     errors = errors_of(data)
     assert any("lending_limit 40 is above the nominal quota 32" in e for e in errors)
-    assert any(
-        "priorities[0](high).may_preempt[1]" in e and "unknown priority tier 'lowest'" in e for e in errors
-    )
+    assert any("priorities[0](high).may_preempt[1]" in e and "unknown priority tier 'lowest'" in e for e in errors)
 
 
 def test_preempting_a_non_preemptible_or_higher_tier_is_rejected():

@@ -19,9 +19,7 @@ def running(p, node_list, specs, now=0.0):
 def test_higher_tier_preempts_lower_tier_in_the_same_queue():
     p = policy()
     node_list = nodes(p, train=2)
-    run = running(
-        p, node_list, [(job("low1", klass="batch"), 0, None), (job("low2", klass="batch", t=1), 10, None)]
-    )
+    run = running(p, node_list, [(job("low1", klass="batch"), 0, None), (job("low2", klass="batch", t=1), 10, None)])
     res = cycle(p, node_list, [job("urgent", priority="high", t=20)], run, now=100)
     assert kinds(res) == {"low2": "preempt", "urgent": "admit"}  # one victim: the most recently started
     (pre,) = res.preempted
@@ -34,9 +32,7 @@ def test_higher_tier_preempts_lower_tier_in_the_same_queue():
 def test_prefers_victims_with_a_recent_checkpoint():
     p = policy()
     node_list = nodes(p, train=2)
-    run = running(
-        p, node_list, [(job("ckpt", klass="batch"), 0, 95), (job("nockpt", klass="batch", t=1), 10, None)]
-    )
+    run = running(p, node_list, [(job("ckpt", klass="batch"), 0, 95), (job("nockpt", klass="batch", t=1), 10, None)])
     res = cycle(p, node_list, [job("urgent", priority="high", t=20)], run, now=2000)
     assert kinds(res)["ckpt"] == "preempt" and "nockpt" not in kinds(res)
 

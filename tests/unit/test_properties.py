@@ -156,9 +156,7 @@ def check_quota(index, running):
         if q.cohort is not None:
             drawn[(q.cohort, flavor)] += max(0, used - quota.guaranteed)
     for key, total in drawn.items():
-        assert total <= index.cohort_lendable.get(key, 0), (
-            f"cohort {key} overdrawn: a lender lost its guarantee"
-        )
+        assert total <= index.cohort_lendable.get(key, 0), f"cohort {key} overdrawn: a lender lost its guarantee"
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -206,9 +204,7 @@ def test_invariants_hold_over_many_cycles(data):
         check_quota(index, running)
         # preempted work goes back to its queue; some running work finishes
         pending = list(pending_by_id.values()) + requeued
-        finished = (
-            data.draw(st.lists(st.sampled_from(sorted(running_by_id)), unique=True)) if running_by_id else []
-        )
+        finished = data.draw(st.lists(st.sampled_from(sorted(running_by_id)), unique=True)) if running_by_id else []
         running = [r for r in running if r.workload.id not in finished]
         now += data.draw(st.integers(1, 3600))
 

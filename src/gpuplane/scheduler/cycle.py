@@ -109,7 +109,7 @@ class _Cycle:
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
-        queues: dict[str, list[Resolved]] = {}
+        queues: dict[str, list[Resolved | None]] = {}
         for w in self.snapshot.pending:
             try:
                 r = resolve(w, self.index)
@@ -119,13 +119,17 @@ class _Cycle:
             queues.setdefault(r.queue.name, []).append(r)
         heap: list[tuple[int, float, float, str, str, int]] = []
         for name, items in queues.items():
-            items.sort(key=lambda r: (-r.priority, r.workload.submit_time, r.id))
+            items.sort(key=_queue_order)
             heap.append(self._key(items[0], name, 0))
         heapq.heapify(heap)
         while heap:
-            *_, name, pos = heap[0]
+            top = heap[0]
+            name, pos = top[4], top[5]
             items = queues[name]
-            self._decide(items[pos], pos)
+            head = items[pos]
+            items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
+            assert head is not None
+            self._decide(head, pos)
             if pos + 1 < len(items):
                 heapq.heapreplace(heap, self._key(items[pos + 1], name, pos + 1))
             else:
@@ -136,7 +140,9 @@ class _Cycle:
         )
         return CycleResult(self.st.now, tuple(self.decisions), views)
 
-    def _key(self, r: Resolved, name: str, pos: int) -> tuple[int, float, float, str, str, int]:
+    def _key(self, r: Resolved | None, name: str, pos: int) -> tuple[int, float, float, str, str, int]:
+        """Heap order of a queue head: tier, the queue's weighted dominant share, submission, id."""
+        assert r is not None
         share = 0.0
         if self.fair:
             version = self.st.ledger.queue_version[name]
@@ -319,6 +325,12 @@ class _Cycle:
 
     def _wait(self, workload_id: str, code: ReasonCode, details: Mapping[str, Any]) -> None:
         self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
+
+
+def _queue_order(r: Resolved | None) -> tuple[int, float, str]:
+    """Order within a queue: higher tier first, then submission time, then id."""
+    assert r is not None
+    return (-r.priority, r.workload.submit_time, r.workload.id)
 
 
 _QUOTA_PREEMPTABLE = frozenset(

@@ -164,4 +164,4 @@ class PolicyIndex:
                     key = (cohort, flavor)
                     self.cohort_lendable[key] = self.cohort_lendable.get(key, 0) + quota.lend_limit
         self.flavors = sorted({p.flavor for p in self.pools.values()})
-        self.eligibility_cache: dict[tuple[object, ...], tuple[list[Any], dict[str, str]]] = {}
+        self.profile_cache: dict[tuple[object, ...], Any] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.model.workload import TopologyMode, Workload
@@ -22,16 +23,36 @@ class FlavorOption:
     milli: int
 
 
+_PROFILE_CACHE_LIMIT = 50_000
+
+
+class _Profile(NamedTuple):
+    """What every workload with the same queue, class, tier, shape and constraints resolves to."""
+
+    queue: QueueInfo
+    tier: TierInfo
+    preemptible: bool
+    gang: bool
+    topology: TopologyMode
+    count: int
+    required: int
+    gpus_per_pod: int
+    mig_profile: str | None
+    options: list[FlavorOption]
+    rejected_pools: dict[str, str]
+    preemption_key: tuple[object, ...]
+
+
 @dataclass(slots=True)
 class Resolved:
     """Everything the cycle needs to know about one workload, computed once."""
 
     workload: Workload
+    duration_s: float
     queue: QueueInfo
     tier: TierInfo
     preemptible: bool
     gang: bool
-    duration_s: float
     topology: TopologyMode
     count: int
     required: int
@@ -79,8 +100,35 @@ def _pool_rejection(w: Workload, pool: PoolInfo, index: PolicyIndex, allow_spot:
 def resolve(w: Workload, index: PolicyIndex) -> Resolved:
     """Apply class and tier defaults to ``w`` and list the flavors and pools it may use, in team order.
 
+    Workloads that differ only in id, submission time and duration share one cached profile.
     Raises InvalidWorkload when the workload cannot be scheduled under this policy at all.
     """
+    spot_ok = w.checkpoint_interval_s is not None and (
+        w.checkpoint_interval_s <= index.policy.checkpoint.spot_max_interval_s
+    )
+    key = (
+        w.queue,
+        w.klass,
+        w.priority,
+        w.preemptible,
+        w.pods,
+        w.tolerations,
+        tuple(sorted(w.node_selector.items())) if w.node_selector else (),
+        w.pools,
+        w.topology,
+        spot_ok,
+    )
+    profile = index.profile_cache.get(key)
+    if profile is None:
+        profile = _profile(w, index)
+        if len(index.profile_cache) >= _PROFILE_CACHE_LIMIT:
+            index.profile_cache.clear()
+        index.profile_cache[key] = profile
+    duration = w.estimated_duration_s or index.classes[w.klass].default_duration_s
+    return Resolved(w, duration, *profile)
+
+
+def _profile(w: Workload, index: PolicyIndex) -> _Profile:
     queue = index.queues.get(w.queue)
     if queue is None:
         raise InvalidWorkload(f"unknown queue '{w.queue}'; known: {', '.join(sorted(index.queues))}")
@@ -94,41 +142,20 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         raise InvalidWorkload("pods.count must be >= 1 and 1 <= pods.min_count <= pods.count")
     if pods.mig_profile is None and pods.gpus_per_pod < 1:
         raise InvalidWorkload("pods.gpus_per_pod must be >= 1 (or ask for a MIG profile)")
-    gang = klass.gang
-    required = pods.required_count if gang else (pods.min_count or 1)
-    preemptible = tier.preemptible and (klass.preemptible if w.preemptible is None else w.preemptible)
-    restrict = set(w.pools) if w.pools is not None else None
-    if restrict is not None:
-        unknown = restrict - set(index.pools)
+    if w.pools is not None:
+        unknown = set(w.pools) - set(index.pools)
         if unknown:
             raise InvalidWorkload(f"unknown pools {sorted(unknown)}")
-    spot_ok = w.checkpoint_interval_s is not None and (
-        w.checkpoint_interval_s <= index.policy.checkpoint.spot_max_interval_s
-    )
-    key = (
-        queue.name,
-        w.klass,
-        w.tolerations,
-        tuple(sorted(w.node_selector.items())) if w.node_selector else (),
-        w.pools,
-        pods.mig_profile,
-        pods.gpus_per_pod,
-        spot_ok,
-    )
-    cached = index.eligibility_cache.get(key)
-    if cached is None:
-        cached = _eligible(w, queue, index, klass.allow_spot)
-        index.eligibility_cache[key] = cached
-    options, rejected = cached
+    required = pods.required_count if klass.gang else (pods.min_count or 1)
+    preemptible = tier.preemptible and (klass.preemptible if w.preemptible is None else w.preemptible)
+    options, rejected = _eligible(w, queue, index, klass.allow_spot)
     topology = w.topology or klass.topology
     gpus_per_pod = pods.gpus_per_pod if pods.mig_profile is None else 0
-    return Resolved(
-        workload=w,
+    return _Profile(
         queue=queue,
         tier=tier,
         preemptible=preemptible,
-        gang=gang,
-        duration_s=w.estimated_duration_s or klass.default_duration_s,
+        gang=klass.gang,
         topology=topology,
         count=pods.count,
         required=required,
