@@ -34,7 +34,7 @@ class _Profile(NamedTuple):
     preemptible: bool
     gang: bool
     topology: TopologyMode
-    count: int
+    pod_count: int
     required: int
     gpus_per_pod: int
     mig_profile: str | None
@@ -157,7 +157,7 @@ def _profile(w: Workload, index: PolicyIndex) -> _Profile:
         preemptible=preemptible,
         gang=klass.gang,
         topology=topology,
-        count=pods.count,
+        pod_count=pods.count,
         required=required,
         gpus_per_pod=gpus_per_pod,
         mig_profile=pods.mig_profile,
