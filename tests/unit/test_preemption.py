@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuplane.model import RunningWorkload
+from gpuplane.model import Placement, PodPlacement, RunningWorkload
 from tests.unit.fixtures import codes, cycle, job, kinds, nodes, policy
 
 
@@ -101,3 +101,44 @@ def test_preemption_disabled():
     run = running(p, node_list, [(job("low", klass="batch"), 0, None)])
     res = cycle(p, node_list, [job("urgent", priority="high", t=5)], run, now=10)
     assert not res.preempted
+
+
+def test_a_victim_whose_gpus_the_preemptor_does_not_use_is_spared():
+    p = policy()
+    node_list = nodes(p, train=2)
+    run = running(
+        p,
+        node_list,
+        [
+            (job("steady", gpus=6), 0, None),  # training: not preemptible, pins node 0
+            (job("whole", klass="batch", t=1), 1, None),  # 8 GPUs on node 1
+            (job("recent", gpus=2, klass="batch", t=2), 2, None),  # the cheapest victim, on node 0
+        ],
+    )
+    res = cycle(p, node_list, [job("urgent", priority="high", t=20)], run, now=100)
+    assert [d.workload_id for d in res.preempted] == ["whole"]  # "recent" was tried first, then spared
+    assert kinds(res)["urgent"] == "admit"
+
+
+def placed(w, node, gpus, start):
+    """A running workload at an explicit place."""
+    return RunningWorkload(w, Placement("train", "h100", (PodPlacement(node, tuple(gpus)),)), start)
+
+
+def test_a_failed_preemption_search_does_not_hide_a_different_shape():
+    p = policy()
+    node_list = nodes(p, train=2)
+    run = [
+        placed(job("pin0", gpus=1), "train-0000", [0], 0),  # training: not preemptible
+        placed(job("pin1", gpus=1, t=1), "train-0001", [0], 1),
+        placed(job("b0", gpus=7, klass="batch", t=2), "train-0000", range(1, 8), 2),
+        placed(job("b1", gpus=7, klass="batch", t=3), "train-0001", range(1, 8), 3),
+    ]
+    pending = [
+        job("whole-node", priority="high", t=20),  # 1 x 8 GPUs: no node can be emptied
+        job("spread", pods=8, gpus=1, priority="high", t=21),  # 8 x 1 GPU: fits once b0 and b1 stop
+    ]
+    res = cycle(p, node_list, pending, run, now=100)
+    assert kinds(res)["whole-node"] == "wait"
+    assert kinds(res)["spread"] == "admit"
+    assert sorted(d.workload_id for d in res.preempted) == ["b0", "b1"]
