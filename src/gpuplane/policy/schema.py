@@ -142,7 +142,6 @@ class WorkloadClassesSpec(_Spec):
 
 class CheckpointSpec(_Spec):
     spot_max_interval_s: float = Field(1800.0, gt=0)
-    recent_s: float = Field(900.0, gt=0)
 
 
 class BackfillSpec(_Spec):
