@@ -177,14 +177,10 @@ class _Cycle:
         if len(r.options) == 1:
             only = r.options[0]
             verdict = self.st.ledger.check(r.queue, only.flavor, only.milli * r.required, r.preemptible)
-            if not verdict.ok:
+            if not verdict.ok:  # the common wait in a busy cluster: skip placement, fail as try_option would
                 assert verdict.code is not None
-                if self.preemption and self._try_preemption(r):
-                    return
-                details = verdict.details
-                details["queue"] = r.queue.name
-                details["queue_position"] = position
-                self._wait(r.workload.id, verdict.code, details)
+                if not (self.preemption and self._try_preemption(r)):
+                    self._block(r, [Failure(only.flavor, None, verdict.code, verdict.details)], position)
                 return
         failures: list[Failure] = []
         for option in r.options:
@@ -288,11 +284,14 @@ class _Cycle:
         return True
 
     def _block(self, r: Resolved, failures: list[Failure], position: int) -> None:
-        best = min(failures, key=lambda f: _FAILURE_RANK.get(f.code, 99))
-        details: dict[str, Any] = {**best.details, "queue": r.queue.name, "queue_position": position}
-        if len(failures) > 1:
+        if len(failures) == 1:
+            best = failures[0]
+            details: dict[str, Any] = {**best.details, "queue": r.queue.name, "queue_position": position}
+        else:
+            best = min(failures, key=lambda f: _FAILURE_RANK.get(f.code, 99))
+            details = {**best.details, "queue": r.queue.name, "queue_position": position}
             details["all_failures"] = [{"flavor": f.flavor, "pool": f.pool, "reason": f.code.value} for f in failures]
-        blocked_on = [f.pool for f in failures if f.code in CAPACITY_CODES and f.pool is not None]
+        blocked_on = [f.pool for f in failures if f.pool is not None and f.code in CAPACITY_CODES]
         if blocked_on and self.mode == "strict":
             for pool in blocked_on:
                 self.blocked_pools.setdefault(pool, r.id)
