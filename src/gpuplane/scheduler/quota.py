@@ -46,13 +46,27 @@ class QuotaLedger:
         self.drawn: dict[tuple[str, str], int] = defaultdict(int)
         self.version = 0
         self.queue_version: dict[str, int] = defaultdict(int)
-        self._refusals: dict[tuple[str, str, ReasonCode], tuple[int, dict[str, Any]]] = {}
+        self._verdicts: dict[tuple[str, str, int, bool], tuple[int, QuotaVerdict]] = {}
 
     def _excess(self, queue: QueueInfo, flavor: str, usage: int) -> int:
         return max(0, usage - queue.quota(flavor).guaranteed)
 
     def check(self, queue: QueueInfo, flavor: str, milli: int, preemptible: bool) -> QuotaVerdict:
-        """Whether ``milli`` more on ``flavor`` fits ``queue``'s quota now."""
+        """Whether ``milli`` more on ``flavor`` fits ``queue``'s quota now.
+
+        Verdicts are remembered until the ledger next changes: in a busy cluster thousands of waiting
+        workloads ask the same question between two admissions. A verdict's details are shared and
+        must not be mutated.
+        """
+        key = (queue.name, flavor, milli, preemptible)
+        known = self._verdicts.get(key)
+        if known is not None and known[0] == self.version:
+            return known[1]
+        verdict = self._check(queue, flavor, milli, preemptible)
+        self._verdicts[key] = (self.version, verdict)
+        return verdict
+
+    def _check(self, queue: QueueInfo, flavor: str, milli: int, preemptible: bool) -> QuotaVerdict:
         if queue.max_running_jobs is not None and self.jobs[queue.name] + 1 > queue.max_running_jobs:
             return QuotaVerdict(
                 False,
@@ -90,18 +104,11 @@ class QuotaLedger:
         return _BORROWING if borrowing else _OK
 
     def _refuse(self, code: ReasonCode, queue: QueueInfo, flavor: str, milli: int) -> QuotaVerdict:
-        key = (queue.name, flavor, code)
-        cached = self._refusals.get(key)
-        if cached is None or cached[0] != self.version:
-            cached = (self.version, self._refusal_details(code, queue, flavor))
-            self._refusals[key] = cached
-        return QuotaVerdict(False, code=code, details={**cached[1], "requested": _gpus(milli)})
-
-    def _refusal_details(self, code: ReasonCode, queue: QueueInfo, flavor: str) -> dict[str, Any]:
         quota = queue.quota(flavor)
         details: dict[str, Any] = {
             "flavor": flavor,
             "in_use": _gpus(self.usage[queue.name][flavor]),
+            "requested": _gpus(milli),
             "nominal": _gpus(quota.nominal),
         }
         if code is ReasonCode.BORROWING_LIMIT_EXCEEDED:
@@ -118,7 +125,7 @@ class QuotaLedger:
                     "guaranteed": _gpus(quota.guaranteed),
                 }
             )
-        return details
+        return QuotaVerdict(False, code=code, details=details)
 
     def charge(self, queue: QueueInfo, flavor: str, milli: int) -> None:
         """Account one admitted workload of ``milli`` on ``flavor``."""
