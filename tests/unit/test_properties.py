@@ -7,7 +7,9 @@ checked from the placements alone, independently of the scheduler's own bookkeep
 - no lender pushed below its guaranteed quota (nominal - lending limit): the cohort's borrowed total
   never exceeds what its members lend;
 - gangs all-or-nothing (elastic sets between min_count and count);
-- non-preemptible work never preempted; every pending workload gets exactly one admit or wait.
+- non-preemptible work never preempted; every pending workload gets exactly one admit or wait;
+- a state kept across cycles (finishes reported, decisions applied in place) decides exactly as a
+  fresh snapshot does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from hypothesis import strategies as st
 
 from gpuplane.model import ClusterSnapshot, DecisionKind, RunningWorkload, TopologyMode
 from gpuplane.scheduler import PolicyIndex, schedule
+from gpuplane.scheduler.cycle import run_cycle
 from gpuplane.scheduler.resolve import resolve
+from gpuplane.scheduler.state import CycleState
 from tests.unit.fixtures import BASE_POLICY, SPOT_OK, job, nodes, policy
 
 MIG = {"1g.10gb": (1, 1), "3g.40gb": (3, 4)}
@@ -174,11 +178,13 @@ def test_invariants_hold_over_many_cycles(data):
     pending = []
     seq = 0
     now = 0.0
+    kept = CycleState(index, node_list, now)  # the simulator's way: one state, only changes reported
     for _cycle in range(5):
         for _ in range(data.draw(st.integers(0, 8))):
             pending.append(data.draw(workloads(f"w{seq}", now)))
             seq += 1
         result = schedule(index, ClusterSnapshot(now, node_list, running, pending))
+        assert run_cycle(kept, now, pending).decisions == result.decisions, "kept state decided differently"
         by_kind = defaultdict(list)
         for d in result.decisions:
             by_kind[d.kind].append(d)
@@ -206,6 +212,9 @@ def test_invariants_hold_over_many_cycles(data):
         pending = list(pending_by_id.values()) + requeued
         finished = data.draw(st.lists(st.sampled_from(sorted(running_by_id)), unique=True)) if running_by_id else []
         running = [r for r in running if r.workload.id not in finished]
+        for wid in finished:
+            kept.finish(wid)
+        assert sorted(kept.running) == sorted(r.workload.id for r in running)
         now += data.draw(st.integers(1, 3600))
 
 

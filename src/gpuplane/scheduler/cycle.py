@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpuplane.model.cluster import ClusterSnapshot
 from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
+from gpuplane.model.workload import Workload
 from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
 from gpuplane.scheduler.index import PolicyIndex
@@ -90,14 +91,28 @@ def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
     Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
     snapshot contradicts itself (a GPU held twice, an unknown node).
     """
-    return _Cycle(index, snapshot).run()
+    state = CycleState(index, snapshot.nodes, snapshot.now)
+    state.load(snapshot.running)
+    return run_cycle(state, snapshot.now, snapshot.pending)
+
+
+def run_cycle(state: CycleState, now: float, pending: Sequence[Workload]) -> CycleResult:
+    """The same cycle on a state a runtime keeps: decide at ``now`` and leave ``state`` with the decisions applied.
+
+    ``schedule`` is this on a state built from a snapshot; a runtime that applies every decision at once
+    (the simulator) calls it on one long-lived state, so the decisions are identical to ``schedule`` on
+    the equivalent snapshot (tested) while a cycle costs only what is pending, not the whole cluster.
+    """
+    state.begin_cycle(now)
+    return _Cycle(state, pending).run()
 
 
 class _Cycle:
-    def __init__(self, index: PolicyIndex, snapshot: ClusterSnapshot) -> None:
+    def __init__(self, state: CycleState, pending: Sequence[Workload]) -> None:
+        index = state.index
         self.index = index
-        self.snapshot = snapshot
-        self.st = CycleState(index, snapshot)
+        self.pending = pending
+        self.st = state
         self.admitter = Admitter(self.st)
         self.decisions: list[Decision] = []
         self.mode = index.policy.scheduling.backfill.mode
@@ -110,7 +125,7 @@ class _Cycle:
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
         queues: dict[str, list[Resolved | None]] = {}
-        for w in self.snapshot.pending:
+        for w in self.pending:
             try:
                 r = resolve(w, self.index)
             except InvalidWorkload as exc:
@@ -198,18 +213,21 @@ class _Cycle:
         st = self.st
         st.cap.commit()
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
-        st.running[r.id] = RunEntry(
-            id=r.id,
-            queue=r.queue,
-            tier=r.tier,
-            preemptible=r.preemptible,
-            pool=fit.pool,
-            flavor=fit.flavor,
-            milli=fit.milli,
-            slots=fit.slots,
-            start=st.now,
-            end_estimate=st.now + r.duration_s,
-            admitted_now=True,
+        st.admitted(
+            RunEntry(
+                id=r.id,
+                queue=r.queue,
+                tier=r.tier,
+                preemptible=r.preemptible,
+                pool=fit.pool,
+                flavor=fit.flavor,
+                milli=fit.milli,
+                slots=fit.slots,
+                start=st.now,
+                end_estimate=st.now + r.duration_s,
+                checkpoint_interval=r.workload.checkpoint_interval_s,
+                admitted_now=True,
+            )
         )
         details: dict[str, Any] = {
             "pool": fit.pool,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuplane.model.cluster import ClusterSnapshot
+from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.model.placement import Placement, PodPlacement
 from gpuplane.model.workload import RunningWorkload
@@ -31,12 +31,22 @@ class RunEntry:
     start: float
     end_estimate: float
     last_checkpoint: float | None = None
+    checkpoint_interval: float | None = None
     admitted_now: bool = False
     evicted: bool = False
 
     def lost_work_s(self, now: float) -> float:
-        """Progress lost if stopped now: time since the last checkpoint, or since start."""
-        since = self.start if self.last_checkpoint is None else max(self.start, self.last_checkpoint)
+        """Progress lost if stopped now: time since the last checkpoint, or since start.
+
+        A reported checkpoint is authoritative; work that reported none but declares a checkpoint
+        interval is taken to have checkpointed every interval since its start.
+        """
+        if self.last_checkpoint is not None:
+            since = max(self.start, self.last_checkpoint)
+        elif self.checkpoint_interval and now > self.start:
+            since = self.start + (now - self.start) // self.checkpoint_interval * self.checkpoint_interval
+        else:
+            since = self.start
         return max(0.0, now - since)
 
     @property
@@ -56,22 +66,64 @@ class Reservation:
 
 
 class CycleState:
-    """Capacity, quota and running work for one cycle, built from a snapshot."""
+    """Capacity, quota and running work: built from a snapshot for one cycle, or kept up to date by a runtime.
 
-    def __init__(self, index: PolicyIndex, snapshot: ClusterSnapshot) -> None:
+    A cycle mutates the state as it decides (admissions hold GPUs, victims release theirs), so after a
+    cycle the state is the cluster with the decisions applied. A runtime that applies decisions at once
+    (the simulator) keeps one state across cycles and reports only what happened in between
+    (``finish``, ``load``), instead of rebuilding everything from a snapshot every cycle.
+    """
+
+    def __init__(self, index: PolicyIndex, nodes: Sequence[Node], now: float) -> None:
         self.index = index
-        self.now = snapshot.now
-        self.cap = CapacityIndex(index, snapshot.nodes)
+        self.now = now
+        self.cap = CapacityIndex(index, nodes)
         self.ledger = QuotaLedger(index)
         self.running: dict[str, RunEntry] = {}
         self.reservations: dict[str, Reservation] = {}
         self.flavor_capacity: dict[str, int] = {}
-        for node in snapshot.nodes:
+        for node in nodes:
             flavor = index.pools[node.pool].flavor
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
-        for run in snapshot.running:
+        self._victims: VictimIndex | None = None
+        self._admitted: list[RunEntry] = []
+
+    def load(self, running: Iterable[RunningWorkload]) -> None:
+        """Add running work (a snapshot's, or work restored by a runtime); SnapshotError if it contradicts."""
+        for run in running:
             self._add_running(run.workload.id, run)
-        self.victims = VictimIndex(self.running.values(), self.now)
+        self._victims = None
+
+    def begin_cycle(self, now: float) -> None:
+        """Start a cycle at ``now``: reservations are per cycle, last cycle's admissions become ordinary work."""
+        self.now = now
+        self.reservations = {}
+        for entry in self._admitted:
+            entry.admitted_now = False
+        self._admitted = []
+        self._victims = None
+        self.cap.commit()
+
+    def admitted(self, entry: RunEntry) -> None:
+        """Record work admitted in this cycle (never a victim before the next cycle)."""
+        self.running[entry.id] = entry
+        self._admitted.append(entry)
+
+    def finish(self, workload_id: str) -> None:
+        """Running work ended (completed, failed or stopped): its GPUs and quota are free again."""
+        entry = self.running.pop(workload_id, None)
+        if entry is None:
+            raise KeyError(f"workload {workload_id} is not running")
+        self.release(entry)
+        self.cap.commit()
+        self._victims = None
+
+    @property
+    def victims(self) -> VictimIndex:
+        """Preemptible running work in victim order, built when a cycle first needs it."""
+        if self._victims is None:
+            self._victims = VictimIndex((e for e in self.running.values() if not e.admitted_now), self.now)
+        return self._victims
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
         if wid in self.running:
@@ -119,13 +171,15 @@ class CycleState:
             start=run.start_time,
             end_estimate=run.start_time + duration,
             last_checkpoint=run.last_checkpoint_time,
+            checkpoint_interval=run.workload.checkpoint_interval_s,
         )
 
     def evict(self, entry: RunEntry) -> None:
         """Remove a preempted entry for good (its GPUs and quota were already released)."""
         entry.evicted = True
         del self.running[entry.id]
-        self.victims.remove(entry)
+        if self._victims is not None:
+            self._victims.remove(entry)
 
     def expected_end(self, entry: RunEntry) -> float:
         """When ``entry`` is expected to free its GPUs; overrunning work gets a fixed extension."""
