@@ -16,6 +16,8 @@ from gpuplane.io.snapshot_file import load_snapshot
 from gpuplane.model import DecisionKind
 from gpuplane.policy import PolicyError, PolicySpec
 from gpuplane.scheduler import CycleResult, PolicyIndex, SnapshotError, explain, schedule
+from gpuplane.sim.setup import SetupError
+from gpuplane.sim.trace import TraceError
 
 EXIT_INVALID = 2
 _STYLE = {DecisionKind.ADMIT: "green", DecisionKind.PREEMPT: "red", DecisionKind.WAIT: "yellow"}
@@ -110,6 +112,79 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
+    """Replay a trace through one or more policies on the same cluster and report every figure."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpuplane.sim.readers import read_trace
+    from gpuplane.sim.runner import Options, compare
+
+    policy = load_policy(args.policy)
+    trace = read_trace(args.trace)
+    if args.limit:
+        trace = trace.head(args.limit)
+    names = tuple(n.strip() for n in (args.compare or "gpuplane").split(",") if n.strip())
+    options = Options(
+        policies=names,
+        gpus=args.gpus,
+        load=args.load,
+        auto_teams=args.auto_teams,
+        cycle_s=args.cycle_s,
+        checkpoint_interval_s=args.checkpoint_interval_s or None,
+        estimates=args.estimates,
+    )
+    report = trace.report
+    console.print(
+        f"trace {report.source}: {report.kept:,} jobs from {report.rows:,} rows"
+        + (f" (skipped: {dict(report.skipped)})" if report.skipped else "")
+        + (f"; replaying the first {len(trace.jobs):,}" if args.limit else "")
+        + f"; {trace.span_s / 86400:.1f} days, {trace.gpu_seconds / 3600:,.0f} GPU-hours"
+    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        task = progress.add_task("", total=len(trace.jobs))
+
+        def start(name: str, total: int) -> None:
+            progress.reset(task, total=total, description=f"{name:10s}")
+
+        comparison = compare(policy, trace, options, start, lambda n: progress.advance(task, n))
+    data = comparison.to_dict()
+    cluster = data["cluster"]
+    console.print(
+        f"cluster: {cluster['gpus']:,} GPUs on {cluster['nodes']:,} nodes; offered load "
+        f"{cluster['offered_load']:.2f}" + (f" ({'; '.join(cluster['notes'])})" if cluster["notes"] else "")
+    )
+    table = Table(title="simulation summary (hours; alloc = GPU allocation)", title_justify="left", padding=(0, 1))
+    for column in ("policy", "JCT h", "p99 JCT", "queue h", "p99 q", "alloc", "preempt", "lost GPUh", "Jain", "jobs/s"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for name, p in data["policies"].items():
+        table.add_row(
+            name,
+            f"{p['avg_jct_s'] / 3600:,.2f}",
+            f"{p['p99_jct_s'] / 3600:,.1f}",
+            f"{p['avg_queue_s'] / 3600:,.2f}",
+            f"{p['p99_queue_s'] / 3600:,.1f}",
+            f"{p['gpu_utilization']:.1%}",
+            f"{p['preemptions']:,}",
+            f"{p['lost_gpu_hours']:,.0f}",
+            f"{p['fairness']['jain_slowdown']:.2f}",
+            f"{p['jobs_per_s']:,.0f}",
+        )
+    Console(width=max(console.width, 120)).print(table)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1)
+        console.print(f"figures written to {args.json}")
+    if args.html:
+        from gpuplane.sim.report import render_html
+
+        with open(args.html, "w", encoding="utf-8") as handle:
+            handle.write(render_html(comparison))
+        console.print(f"report written to {args.html}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpuplane`` command."""
     parser = argparse.ArgumentParser(prog="gpuplane", description=__doc__)
@@ -127,6 +202,32 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("snapshot")
     why.add_argument("workload")
     why.set_defaults(func=cmd_explain)
+    sim = sub.add_parser("simulate", help="replay a cluster trace through one or more policies")
+    sim.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
+    sim.add_argument(
+        "--trace", required=True, help="KIND:PATH, KIND one of philly-pollux, alibaba-openb, gavel, gpuplane"
+    )
+    sim.add_argument("--compare", help="comma-separated policies: gpuplane, fifo, fifo-quota, priority, tiresias, sjf")
+    sim.add_argument("--gpus", type=int, help="size the cluster to this many GPUs (pools and quotas scaled)")
+    sim.add_argument("--load", type=float, help="size the cluster so the trace offers this load (e.g. 0.9)")
+    sim.add_argument("--auto-teams", action="store_true", help="one team per trace team, quotas by demand")
+    sim.add_argument("--cycle-s", type=float, default=30.0, help="least virtual time between cycles (default 30)")
+    sim.add_argument(
+        "--checkpoint-interval-s",
+        type=float,
+        default=1800.0,
+        help="jobs checkpoint this often; preemption loses the rest (0: never, default 1800)",
+    )
+    sim.add_argument(
+        "--estimates",
+        choices=("history", "oracle", "none"),
+        default="history",
+        help="run-time estimates for backfill (default: median of the team's completed jobs)",
+    )
+    sim.add_argument("--limit", type=int, help="only the first N jobs of the trace")
+    sim.add_argument("--json", help="write every figure to this JSON file")
+    sim.add_argument("--html", help="write a report with plots to this HTML file")
+    sim.set_defaults(func=cmd_simulate)
     demo = sub.add_parser("demo", help="schedule the bundled example platform and explain its decisions")
     demo.set_defaults(func=cmd_demo)
     return parser
@@ -138,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     try:
         code: int = args.func(args, console)
-    except (PolicyError, SnapshotError) as exc:
+    except (PolicyError, SnapshotError, TraceError, SetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return code

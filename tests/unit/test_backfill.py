@@ -58,6 +58,20 @@ def test_strict_mode_blocks_everything_behind_the_head():
     assert c["short"] == "blocked_by_queue_head" and c["long"] == "blocked_by_queue_head"
 
 
+def test_strict_mode_a_head_over_quota_blocks_its_own_queue_only():
+    p = policy(scheduling={"backfill": {"mode": "strict"}})
+    node_list = nodes(p, train=8)
+    pending = [
+        job("a-huge", pods=5, t=0),  # 40 GPUs: above queue a's nominal 32, and training may not borrow
+        job("a-small", gpus=8, t=1),  # would fit a's quota, but strict FIFO keeps it behind its head
+        job("b-small", queue="b", gpus=8, t=2),  # another queue: not blocked
+    ]
+    c = codes(cycle(p, node_list, pending))
+    assert c["a-huge"] == "nonpreemptible_cannot_borrow"
+    assert c["a-small"] == "blocked_by_queue_head"
+    assert c["b-small"] == "admitted_within_nominal"
+
+
 def test_long_job_may_run_on_gpus_the_reservation_does_not_need():
     p = policy()
     node_list = nodes(p, train=4)

@@ -8,7 +8,8 @@
    on the flavor's pools, keeping off GPUs reserved for an earlier blocked gang unless it ends first.
 5. No fit: preempt where the policy allows (same-queue lower tier; reclaim borrowed quota).
 6. Still no fit for lack of GPUs: the first such gang on a pool gets a reservation (EASY backfill) or,
-   in strict mode, blocks the pools for everything behind it.
+   in strict mode, blocks the pools for everything behind it; in strict mode a head stopped by its
+   queue's quota blocks the rest of its queue.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ class _Cycle:
         self.fair = index.policy.scheduling.fair_sharing
         self.preemption = index.policy.scheduling.preemption.enabled
         self.blocked_pools: dict[str, str] = {}
+        self.blocked_queues: dict[str, str] = {}
         self.preempt_memo: dict[tuple[object, ...], int] = {}
         self.shares: dict[str, tuple[int, float]] = {}
 
@@ -182,7 +184,7 @@ class _Cycle:
             )
             return
         if self.mode == "strict":
-            head = next(
+            head = self.blocked_queues.get(r.queue.name) or next(
                 (self.blocked_pools[p.name] for o in r.options for p in o.pools if p.name in self.blocked_pools),
                 None,
             )
@@ -310,9 +312,11 @@ class _Cycle:
             details = {**best.details, "queue": r.queue.name, "queue_position": position}
             details["all_failures"] = [{"flavor": f.flavor, "pool": f.pool, "reason": f.code.value} for f in failures]
         blocked_on = [f.pool for f in failures if f.pool is not None and f.code in CAPACITY_CODES]
-        if blocked_on and self.mode == "strict":
+        if self.mode == "strict":
             for pool in blocked_on:
                 self.blocked_pools.setdefault(pool, r.id)
+            if not blocked_on:
+                self.blocked_queues.setdefault(r.queue.name, r.id)
         if blocked_on and self.mode == "easy":
             reservation = self._reserve(r, blocked_on)
             if reservation is not None:

@@ -118,6 +118,13 @@ class CycleState:
         self.cap.commit()
         self._victims = None
 
+    def set_tier(self, workload_id: str, tier: TierInfo) -> None:
+        """A running workload's priority tier changed (e.g. demoted by attained service)."""
+        entry = self.running[workload_id]
+        entry.tier = tier
+        entry.preemptible = entry.preemptible and tier.preemptible
+        self._victims = None
+
     @property
     def victims(self) -> VictimIndex:
         """Preemptible running work in victim order, built when a cycle first needs it."""

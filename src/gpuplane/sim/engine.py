@@ -1,0 +1,343 @@
+"""Discrete-event simulation of a GPU cluster driven by a trace, deciding with the scheduler core.
+
+Virtual time only. Events: a job is submitted, a job finishes, a running job's attained service
+crosses a tier threshold (for least-attained-service policies), and a scheduling cycle. Cycles run
+when something changed and work is pending, at most once per ``cycle_s`` of virtual time, on one
+long-lived scheduler state (``run_cycle``), which decides exactly as a fresh snapshot would.
+
+A job's progress is measured in seconds of work at speed 1.0; on a GPU model of speed s it advances s
+per second. A preempted job keeps the progress of its last checkpoint (every ``checkpoint_interval_s``
+of its run) and loses the rest, which is counted as lost GPU-seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Protocol
+
+from gpuplane.model import DecisionKind, Node, PodSet, Workload, WorkloadClass
+from gpuplane.model.placement import Placement
+from gpuplane.policy import PolicySpec
+from gpuplane.scheduler import PolicyIndex
+from gpuplane.scheduler.cycle import CycleResult, run_cycle
+from gpuplane.scheduler.state import CycleState
+from gpuplane.sim.trace import Trace, TraceJob
+from gpuplane.sim.variants import JobView, Variant
+
+
+class Estimator(Protocol):
+    """Run-time estimates for backfill: asked at submission, told of every completion."""
+
+    def estimate(self, job: TraceJob) -> float | None:
+        """The estimated run time of ``job`` (None: the class default)."""
+
+    def observe(self, job: TraceJob) -> None:
+        """``job`` completed."""
+
+
+class OracleEstimator:
+    """The true run time (an upper bound on what estimates can do)."""
+
+    def estimate(self, job: TraceJob) -> float | None:
+        """The job's true duration."""
+        return job.duration_s
+
+    def observe(self, job: TraceJob) -> None:
+        """Nothing to learn."""
+
+
+class Event(IntEnum):
+    """Event kinds, in the order they are handled at the same instant."""
+
+    FINISH = 0
+    SUBMIT = 1
+    RETIER = 2
+    CYCLE = 3
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """A job's life in the simulation."""
+
+    job: TraceJob
+    workload: Workload
+    remaining_s: float
+    checkpoint_s: float | None
+    first_start: float | None = None
+    run_start: float | None = None
+    speed: float = 1.0
+    gpus: float = 0.0
+    pool: str | None = None
+    end: float | None = None
+    run_s: float = 0.0
+    lost_s: float = 0.0
+    preemptions: int = 0
+    version: int = 0
+    tier: str | None = None
+    attained: float = 0.0
+
+    def attained_gpu_s(self, now: float) -> float:
+        """GPU-seconds of service received so far, including the current run."""
+        current = (now - self.run_start) * self.gpus if self.run_start is not None else 0.0
+        return self.attained + current
+
+
+@dataclass(slots=True)
+class Sample:
+    """The cluster at one moment, for plots."""
+
+    t: float
+    allocated_gpus: float
+    running: int
+    pending: int
+
+
+@dataclass(slots=True)
+class SimResult:
+    """Everything a run produced: per-job records, the timeline and the totals for conservation checks."""
+
+    variant: str
+    capacity_gpus: int
+    records: list[JobRecord]
+    samples: list[Sample]
+    allocated_gpu_s: float
+    cycles: int
+    decisions: int
+    end_time: float
+    gpu_price_per_hour: dict[str, float] = field(default_factory=dict)
+    pool_gpu_s: dict[str, float] = field(default_factory=dict)
+
+
+def pods_for(job: TraceJob, gpus_per_node: int) -> PodSet:
+    """A job's GPUs as pods: one pod when it fits a node, else whole-node pods, else one GPU per pod."""
+    if job.gpus <= gpus_per_node:
+        return PodSet(1, job.gpus)
+    if job.gpus % gpus_per_node == 0:
+        return PodSet(job.gpus // gpus_per_node, gpus_per_node)
+    return PodSet(job.gpus, 1)
+
+
+class Simulation:
+    """One policy variant over one trace on one cluster."""
+
+    def __init__(
+        self,
+        variant: Variant,
+        nodes: list[Node],
+        trace: Trace,
+        *,
+        cycle_s: float = 30.0,
+        checkpoint_interval_s: float | None = 1800.0,
+        estimator: Estimator | None = None,
+        sample_every_s: float = 600.0,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.variant = variant
+        self.policy: PolicySpec = variant.policy
+        self.index = PolicyIndex(self.policy)
+        self.nodes = nodes
+        self.trace = trace
+        self.cycle_s = cycle_s
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.estimator = estimator
+        self.sample_every_s = sample_every_s
+        self.on_progress = on_progress
+        self.speed = {
+            pool.name: next(m.speed for m in self.policy.gpu_models if m.name == pool.gpu_model)
+            for pool in self.policy.pools
+        }
+        self.gpus_per_node = min(p.gpus_per_node for p in self.policy.pools)
+        self.state = CycleState(self.index, nodes, 0.0)
+        self.events: list[tuple[float, int, int, int, str]] = []
+        self.seq = 0
+        self.records: dict[str, JobRecord] = {}
+        self.pending: dict[str, JobRecord] = {}
+        self.allocated = 0.0
+        self.allocated_gpu_s = 0.0
+        self.pool_gpu_s: dict[str, float] = {}
+        self.last_change = 0.0
+        self.samples: list[Sample] = []
+        self.next_sample = 0.0
+        self.cycle_queued_at: float | None = None
+        self.last_cycle = -float("inf")
+        self.cycles = 0
+        self.decisions = 0
+        self.done = 0
+
+    # -- events ------------------------------------------------------------------------------------
+    def _push(self, t: float, kind: Event, job_id: str = "", version: int = 0) -> None:
+        heapq.heappush(self.events, (t, int(kind), self.seq, version, job_id))
+        self.seq += 1
+
+    def _queue_cycle(self, now: float) -> None:
+        if self.cycle_queued_at is not None or not self.pending:
+            return
+        at = max(now, self.last_cycle + self.cycle_s)
+        self.cycle_queued_at = at
+        self._push(at, Event.CYCLE)
+
+    def run(self) -> SimResult:
+        """Replay the whole trace and return the result."""
+        for job in self.trace.jobs:
+            self._push(job.submit_s, Event.SUBMIT, job.id)
+        jobs = {j.id: j for j in self.trace.jobs}
+        now = 0.0
+        while self.events:
+            now, kind, _seq, version, job_id = heapq.heappop(self.events)
+            self._account(now)
+            if kind == Event.SUBMIT:
+                self._submit(jobs[job_id], now)
+            elif kind == Event.FINISH:
+                record = self.records[job_id]
+                if record.version == version and record.run_start is not None:
+                    self._finish(record, now)
+            elif kind == Event.RETIER:
+                record = self.records[job_id]
+                if record.version == version and record.run_start is not None:
+                    self._retier(record, now)
+            else:
+                self.cycle_queued_at = None
+                self._cycle(now)
+        self._account(now)
+        return SimResult(
+            variant=self.variant.name,
+            capacity_gpus=sum(n.gpus for n in self.nodes),
+            records=list(self.records.values()),
+            samples=self.samples,
+            allocated_gpu_s=self.allocated_gpu_s,
+            cycles=self.cycles,
+            decisions=self.decisions,
+            end_time=now,
+            gpu_price_per_hour={p.name: p.price_per_node_hour / p.gpus_per_node for p in self.policy.pools},
+            pool_gpu_s=dict(self.pool_gpu_s),
+        )
+
+    def _account(self, now: float) -> None:
+        if now > self.last_change:
+            self.allocated_gpu_s += self.allocated * (now - self.last_change)
+            self.last_change = now
+        while self.next_sample <= now:
+            self.samples.append(Sample(self.next_sample, self.allocated, len(self.state.running), len(self.pending)))
+            self.next_sample += self.sample_every_s
+
+    # -- job life ----------------------------------------------------------------------------------
+    def _workload(self, record: JobRecord, tier: str | None) -> Workload:
+        job = record.job
+        return Workload(
+            id=job.id,
+            queue=self.variant.queue_of(job.team),
+            klass=WorkloadClass(job.klass),
+            pods=pods_for(job, self.gpus_per_node),
+            submit_time=job.submit_s,
+            priority=tier,
+            estimated_duration_s=self.estimator.estimate(job) if self.estimator else None,
+            checkpoint_interval_s=record.checkpoint_s,
+        )
+
+    def _view(self, record: JobRecord, now: float) -> JobView:
+        return JobView(record.job.priority, record.job.duration_s, record.job.gpus, record.attained_gpu_s(now))
+
+    def _submit(self, job: TraceJob, now: float) -> None:
+        checkpoint = job.checkpoint_interval_s or self.checkpoint_interval_s
+        record = JobRecord(job, None, job.duration_s, checkpoint)  # type: ignore[arg-type]
+        record.tier = self.variant.tier_of(self._view(record, now))
+        record.workload = self._workload(record, record.tier)
+        self.records[job.id] = record
+        self.pending[job.id] = record
+        self._queue_cycle(now)
+
+    def _start(self, record: JobRecord, placement: Placement, now: float) -> None:
+        record.run_start = now
+        if record.first_start is None:
+            record.first_start = now
+        record.pool = placement.pool
+        record.speed = self.speed[placement.pool]
+        record.gpus = self._gpus_of(placement)
+        self.allocated += record.gpus
+        del self.pending[record.job.id]
+        self._push(now + record.remaining_s / record.speed, Event.FINISH, record.job.id, record.version)
+        self._push_retier(record, now)
+
+    def _gpus_of(self, placement: Placement) -> float:
+        mig = self.index.pools[placement.pool].mig
+        sliced = sum(mig.quota_milli(p.mig_profile) / 1000 for p in placement.pods if p.mig_profile is not None and mig)
+        return placement.whole_gpus + sliced
+
+    def _stop(self, record: JobRecord, now: float) -> float:
+        """Take a job off its GPUs; returns the seconds it ran."""
+        assert record.run_start is not None and record.pool is not None
+        ran = now - record.run_start
+        record.run_s += ran
+        record.attained += ran * record.gpus
+        self.allocated -= record.gpus
+        self.pool_gpu_s[record.pool] = self.pool_gpu_s.get(record.pool, 0.0) + ran * record.gpus
+        record.run_start = None
+        record.version += 1
+        return ran
+
+    def _finish(self, record: JobRecord, now: float) -> None:
+        self._stop(record, now)
+        record.remaining_s = 0.0
+        record.end = now
+        self.state.finish(record.job.id)
+        if self.estimator is not None:
+            self.estimator.observe(record.job)
+        self.done += 1
+        if self.on_progress is not None:
+            self.on_progress(1)
+        self._queue_cycle(now)
+
+    def _preempted(self, record: JobRecord, now: float) -> None:
+        ran = self._stop(record, now)
+        checkpoint = record.checkpoint_s
+        kept = (ran // checkpoint) * checkpoint if checkpoint else 0.0
+        record.lost_s += ran - kept
+        record.remaining_s = max(0.0, record.remaining_s - kept * record.speed)
+        record.preemptions += 1
+        self.pending[record.job.id] = record
+        if self.variant.retier_running:
+            self._set_pending_tier(record, now)
+
+    def _push_retier(self, record: JobRecord, now: float) -> None:
+        if not self.variant.retier_running or record.gpus <= 0:
+            return
+        attained = record.attained_gpu_s(now)
+        upcoming = [t for t in self.variant.thresholds_gpu_s if t > attained]
+        if upcoming:
+            self._push(now + (upcoming[0] - attained) / record.gpus, Event.RETIER, record.job.id, record.version)
+
+    def _retier(self, record: JobRecord, now: float) -> None:
+        tier = self.variant.tier_of(self._view(record, now))
+        if tier is not None and tier != record.tier:
+            record.tier = tier
+            record.workload = self._workload(record, tier)
+            self.state.set_tier(record.job.id, self.index.tiers[tier])
+            self._queue_cycle(now)
+        self._push_retier(record, now)
+
+    def _set_pending_tier(self, record: JobRecord, now: float) -> None:
+        tier = self.variant.tier_of(self._view(record, now))
+        if tier != record.tier:
+            record.tier = tier
+            record.workload = self._workload(record, tier)
+
+    # -- cycles ------------------------------------------------------------------------------------
+    def _cycle(self, now: float) -> None:
+        if not self.pending:
+            return
+        self.last_cycle = now
+        self.cycles += 1
+        result = run_cycle(self.state, now, [r.workload for r in self.pending.values()])
+        self._apply(result, now)
+
+    def _apply(self, result: CycleResult, now: float) -> None:
+        self.decisions += len(result.decisions)
+        for decision in result.decisions:
+            if decision.kind is DecisionKind.PREEMPT:
+                self._preempted(self.records[decision.workload_id], now)
+        for decision in result.decisions:
+            if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
+                self._start(self.records[decision.workload_id], decision.placement, now)

@@ -1,0 +1,104 @@
+"""Figures of a simulation: completion times, queueing, utilization, preemption losses, fairness, cost.
+
+Definitions (also in docs/simulate.md):
+- JCT (job completion time) = end - submit; queueing delay = JCT - time spent running (so waiting
+  after a preemption counts as queueing).
+- slowdown = JCT / the job's run time at speed 1.0.
+- GPU allocation = GPU-seconds held by running jobs / (GPUs x makespan); the traces carry no
+  in-job utilization, so allocation is what is reported as ``gpu_utilization``.
+- lost GPU-hours = GPU time of work thrown away by preemption (since the last checkpoint).
+- Jain's index over the teams' mean slowdowns: 1 is perfectly even, 1/n is one team taking all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from gpuplane.sim.engine import JobRecord, SimResult
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0}
+    arr = np.asarray(values, dtype=float)
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return {"mean": float(arr.mean()), "p50": float(p50), "p95": float(p95), "p99": float(p99), "max": float(arr.max())}
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index of ``values`` (1.0 when all equal)."""
+    if not values:
+        return 1.0
+    arr = np.asarray(values, dtype=float)
+    denominator = len(arr) * float((arr**2).sum())
+    return float(arr.sum() ** 2 / denominator) if denominator else 1.0
+
+
+def _job_figures(records: list[JobRecord]) -> tuple[list[float], list[float], list[float]]:
+    jct, queue, slowdown = [], [], []
+    for r in records:
+        if r.end is None:
+            continue
+        total = r.end - r.job.submit_s
+        jct.append(total)
+        queue.append(max(0.0, total - r.run_s))
+        slowdown.append(total / max(r.job.duration_s, 1.0))
+    return jct, queue, slowdown
+
+
+def summarize(result: SimResult) -> dict[str, Any]:
+    """Every figure of one run, JSON-ready (keys documented in docs/simulate.md)."""
+    done = [r for r in result.records if r.end is not None]
+    jct, queue, slowdown = _job_figures(done)
+    first = min((r.job.submit_s for r in result.records), default=0.0)
+    last = max((r.end for r in done if r.end is not None), default=first)
+    makespan = max(last - first, 1e-9)
+    lost_gpu_s = sum(r.lost_s * r.gpus for r in result.records)
+    per_team: dict[str, list[JobRecord]] = defaultdict(list)
+    for r in done:
+        per_team[r.job.team].append(r)
+    teams = {}
+    for team, records in sorted(per_team.items()):
+        t_jct, t_queue, t_slow = _job_figures(records)
+        teams[team] = {
+            "jobs": len(records),
+            "avg_jct_s": _stats(t_jct)["mean"],
+            "avg_queue_s": _stats(t_queue)["mean"],
+            "p99_queue_s": _stats(t_queue)["p99"],
+            "max_queue_s": _stats(t_queue)["max"],
+            "mean_slowdown": _stats(t_slow)["mean"],
+            "gpu_hours": sum(r.run_s * r.gpus for r in records) / 3600,
+        }
+    cost = {
+        pool: {"gpu_hours": gpu_s / 3600, "cost": gpu_s / 3600 * result.gpu_price_per_hour.get(pool, 0.0)}
+        for pool, gpu_s in sorted(result.pool_gpu_s.items())
+    }
+    jct_stats, queue_stats = _stats(jct), _stats(queue)
+    return {
+        "jobs": len(result.records),
+        "completed": len(done),
+        "avg_jct_s": jct_stats["mean"],
+        "p50_jct_s": jct_stats["p50"],
+        "p95_jct_s": jct_stats["p95"],
+        "p99_jct_s": jct_stats["p99"],
+        "avg_queue_s": queue_stats["mean"],
+        "p50_queue_s": queue_stats["p50"],
+        "p95_queue_s": queue_stats["p95"],
+        "p99_queue_s": queue_stats["p99"],
+        "mean_slowdown": _stats(slowdown)["mean"],
+        "makespan_s": makespan,
+        "gpu_utilization": result.allocated_gpu_s / (result.capacity_gpus * makespan),
+        "allocated_gpu_hours": result.allocated_gpu_s / 3600,
+        "preemptions": sum(r.preemptions for r in result.records),
+        "lost_gpu_hours": lost_gpu_s / 3600,
+        "fairness": {
+            "jain_slowdown": jain([t["mean_slowdown"] for t in teams.values()]),
+            "max_team_queue_s": max((t["max_queue_s"] for t in teams.values()), default=0.0),
+        },
+        "cost": {"by_pool": cost, "total": sum(c["cost"] for c in cost.values())},
+        "cycles": result.cycles,
+        "per_team": teams,
+    }

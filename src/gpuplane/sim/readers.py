@@ -1,0 +1,279 @@
+"""Trace readers: Philly (Pollux's CSV), Alibaba openb 2023, Gavel's per-VC Philly traces, gpuplane's own.
+
+Each reader maps its columns to ``TraceJob`` (documented in docs/simulate.md), tolerates real-world
+mess (unsorted rows, zero durations, missing fields) by counting what it skips, and raises
+``TraceError`` with the file, the line and the fix when the file is not what it claims to be.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import re
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpuplane.sim.trace import Trace, TraceError, TraceJob, TraceReport, finish
+
+_NAME = re.compile(r"[^a-z0-9.\-]+")
+
+
+def team_name(raw: str, prefix: str = "") -> str:
+    """A trace's team or virtual-cluster label as a policy name (lower case, letters, digits, '-')."""
+    name = _NAME.sub("-", f"{prefix}{raw}".strip().lower()).strip("-.")
+    return name[:63] or "unknown"
+
+
+def _open_csv(path: Path, required: set[str], source: str) -> Iterator[tuple[int, dict[str, str]]]:
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the {source} trace: {exc.strerror}") from exc
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = required - set(reader.fieldnames or ())
+        if missing:
+            raise TraceError(
+                f"{path}:1: not a {source} trace: missing column(s) {', '.join(sorted(missing))} "
+                f"(found: {', '.join(reader.fieldnames or ['nothing'])}). Fix: pass the right file or trace kind"
+            )
+        yield from enumerate(reader, start=2)
+
+
+def _number(value: str | None) -> float | None:
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def read_philly_pollux(path: Path) -> Trace:
+    """Philly as shipped with Pollux: timestamp, duration, num_gpus, gpu_time, cluster (VC -> team)."""
+    report = TraceReport("philly-pollux", str(path))
+    jobs: list[TraceJob] = []
+    for line, row in _open_csv(path, {"timestamp", "duration", "num_gpus", "cluster"}, "Philly (Pollux)"):
+        report.rows += 1
+        try:
+            submit = datetime.fromisoformat(row["timestamp"].strip()).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            report.skip("unparseable timestamp")
+            continue
+        duration = _number(row["duration"])
+        gpus = _number(row["num_gpus"])
+        if duration is None or gpus is None:
+            report.skip("missing duration or num_gpus")
+            continue
+        if duration <= 0:
+            report.skip("zero or negative duration")
+            continue
+        if gpus < 1 or gpus != int(gpus):
+            report.skip("num_gpus not a positive integer")
+            continue
+        vc = (row.get("cluster") or "").strip()
+        if not vc:
+            report.skip("missing cluster (virtual cluster)")
+            continue
+        jobs.append(TraceJob(f"philly-{line - 1}", team_name(vc, "vc-"), submit, duration, int(gpus)))
+    report.notes.append("teams are Philly virtual clusters (vc-<hash>); submission = timestamp column")
+    return finish(jobs, report)
+
+
+def read_alibaba_openb(path: Path) -> Trace:
+    """Alibaba cluster-trace-gpu-v2023 (openb) pod list: GPU pods become jobs, QoS classes become teams.
+
+    Run time is deletion_time - scheduled_time; pods still running at the end of the trace are
+    censored there (counted in the report), pods never scheduled and CPU-only pods are skipped.
+    """
+    report = TraceReport("alibaba-openb", str(path))
+    required = {"name", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time"}
+    jobs: list[TraceJob] = []
+    censored = 0
+    for _line, row in _open_csv(path, required | {"scheduled_time"}, "Alibaba openb"):
+        report.rows += 1
+        gpus = _number(row["num_gpu"])
+        if gpus is None or gpus <= 0:
+            report.skip("CPU-only pod (num_gpu 0)")
+            continue
+        created = _number(row["creation_time"])
+        scheduled = _number(row["scheduled_time"])
+        deleted = _number(row["deletion_time"])
+        if created is None:
+            report.skip("missing creation_time")
+            continue
+        if scheduled is None or deleted is None:
+            report.skip("never scheduled (no run time)")
+            continue
+        duration = deleted - scheduled
+        if duration <= 0:
+            report.skip("zero or negative run time")
+            continue
+        if row["pod_phase"].strip() == "Running":
+            censored += 1
+        milli = int(_number(row["gpu_milli"]) or 1000) if gpus == 1 else 1000
+        spec = tuple(t for t in (row["gpu_spec"] or "").split("|") if t)
+        jobs.append(
+            TraceJob(
+                team_name(row["name"]),
+                team_name(row["qos"] or "unknown", "qos-"),
+                created,
+                duration,
+                int(gpus),
+                gpu_milli=max(1, min(1000, milli)),
+                gpu_types=spec,
+                klass="inference" if row["qos"].strip() == "LS" else "batch",
+            )
+        )
+    report.notes.append(f"{censored} pods were still running at the end of the trace: their run time is censored there")
+    return finish(jobs, report)
+
+
+def read_gavel(path: Path) -> Trace:
+    """Gavel's per-VC Philly traces (a .trace file or a folder of them): steps become run time on a V100.
+
+    Run time = total_steps / the job type's V100 throughput from ``simulation_throughputs.json``
+    (next to the folder, or one level up); the file's name is the virtual cluster.
+    """
+    files = sorted(path.glob("*.trace")) if path.is_dir() else [path]
+    if not files:
+        raise TraceError(f"{path}: no .trace files. Fix: pass a Gavel trace file or its seed folder")
+    base = files[0].parent
+    table = next(
+        (p for p in (base / "simulation_throughputs.json", base.parent / "simulation_throughputs.json") if p.exists()),
+        None,
+    )
+    if table is None:
+        raise TraceError(f"{base}: simulation_throughputs.json not found next to the traces or one level up")
+    throughputs = json.loads(table.read_text(encoding="utf-8")).get("v100", {})
+    speed: dict[tuple[str, int], float] = {}
+    for key, value in throughputs.items():
+        job_type, scale = ast.literal_eval(key)
+        if isinstance(value, dict) and isinstance(value.get("null"), (int, float)):
+            speed[(job_type, int(scale))] = float(value["null"])
+    report = TraceReport("gavel", str(path))
+    jobs: list[TraceJob] = []
+    for file in files:
+        vc = team_name(file.stem, "vc-")
+        for line, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not raw.strip():
+                continue
+            report.rows += 1
+            fields = raw.split("\t")
+            if len(fields) != 7:
+                report.skip(f"not 7 tab-separated fields ({file.name})")
+                continue
+            job_type, steps, arrival, scale = fields[0], _number(fields[4]), _number(fields[5]), _number(fields[6])
+            if steps is None or arrival is None or scale is None or scale < 1:
+                report.skip("unparseable steps, arrival or scale")
+                continue
+            rate = speed.get((job_type, int(scale))) or speed.get((job_type, 1))
+            if not rate:
+                report.skip("no V100 throughput for the job type")
+                continue
+            duration = steps / rate
+            if duration <= 0:
+                report.skip("zero or negative duration")
+                continue
+            jobs.append(TraceJob(f"{vc}-{line}", vc, arrival, duration, int(scale)))
+    report.notes.append("run time = total_steps / V100 steps per second of the job type at its scale")
+    return finish(jobs, report)
+
+
+GPUPLANE_COLUMNS = ("id", "team", "submit_s", "duration_s", "gpus")
+
+
+def read_gpuplane(path: Path) -> Trace:
+    """gpuplane's own job log, CSV or JSON lines: id, team, submit_s, duration_s, gpus, and optional
+    class, priority, gpu_milli, checkpoint_interval_s (see docs/simulate.md)."""
+    report = TraceReport("gpuplane", str(path))
+    rows: Iterator[tuple[int, dict[str, str]]]
+    if path.suffix in (".jsonl", ".ndjson"):
+        rows = _jsonl_rows(path)
+    else:
+        rows = _open_csv(path, set(GPUPLANE_COLUMNS), "gpuplane")
+    jobs: list[TraceJob] = []
+    seen: set[str] = set()
+    for line, row in rows:
+        report.rows += 1
+        missing = [c for c in GPUPLANE_COLUMNS if str(row.get(c, "")).strip() == ""]
+        if missing:
+            report.skip(f"missing {', '.join(missing)}")
+            continue
+        submit, duration, gpus = (
+            _number(str(row["submit_s"])),
+            _number(str(row["duration_s"])),
+            _number(str(row["gpus"])),
+        )
+        if submit is None or duration is None or gpus is None:
+            report.skip("submit_s, duration_s or gpus not a number")
+            continue
+        if duration <= 0:
+            report.skip("zero or negative duration")
+            continue
+        if gpus < 1 or gpus != int(gpus):
+            report.skip("gpus not a positive integer")
+            continue
+        job_id = str(row["id"]).strip()
+        if job_id in seen:
+            raise TraceError(f"{path}:{line}: job id '{job_id}' appears twice. Fix: give every job its own id")
+        seen.add(job_id)
+        klass = str(row.get("class") or "batch").strip()
+        if klass not in ("training", "batch", "inference"):
+            raise TraceError(f"{path}:{line}: class '{klass}' is not one of training, batch, inference")
+        checkpoint = _number(str(row.get("checkpoint_interval_s") or ""))
+        jobs.append(
+            TraceJob(
+                job_id,
+                team_name(str(row["team"])),
+                submit,
+                duration,
+                int(gpus),
+                gpu_milli=int(_number(str(row.get("gpu_milli") or "")) or 1000),
+                klass=klass,
+                priority=str(row["priority"]).strip() if row.get("priority") else None,
+                checkpoint_interval_s=checkpoint,
+            )
+        )
+    return finish(jobs, report)
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace: {exc.strerror}") from exc
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{path}:{line}: not JSON ({exc.msg}). Fix: one JSON object per line") from exc
+        if not isinstance(row, dict):
+            raise TraceError(f"{path}:{line}: a JSON object per line is expected")
+        yield line, {k: "" if v is None else str(v) for k, v in row.items()}
+
+
+READERS: dict[str, Callable[[Path], Trace]] = {
+    "philly-pollux": read_philly_pollux,
+    "alibaba-openb": read_alibaba_openb,
+    "gavel": read_gavel,
+    "gpuplane": read_gpuplane,
+}
+
+
+def read_trace(spec: str) -> Trace:
+    """Read ``KIND:PATH`` (e.g. ``philly-pollux:traces/philly.csv``); TraceError names the fix."""
+    kind, sep, location = spec.partition(":")
+    if not sep or kind not in READERS:
+        raise TraceError(
+            f"trace '{spec}': expected KIND:PATH with KIND one of {', '.join(READERS)}, "
+            "e.g. philly-pollux:../shared/traces/philly_pollux_osdi21/philly.csv"
+        )
+    path = Path(location)
+    if not path.exists():
+        raise TraceError(f"trace '{spec}': {path} does not exist")
+    return READERS[kind](path)

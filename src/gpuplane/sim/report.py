@@ -1,0 +1,111 @@
+"""A self-contained HTML report of a comparison: summary table and plots (no network, images inline)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.figure import Figure
+
+from gpuplane.sim.runner import Comparison
+
+_COLUMNS = (
+    ("avg JCT (h)", "avg_jct_s", 3600),
+    ("p99 JCT (h)", "p99_jct_s", 3600),
+    ("avg queue (h)", "avg_queue_s", 3600),
+    ("p99 queue (h)", "p99_queue_s", 3600),
+    ("GPU allocation", "gpu_utilization", None),
+    ("preemptions", "preemptions", None),
+    ("lost GPU-h", "lost_gpu_hours", 1),
+)
+
+
+def _png(fig: Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _timeline(comparison: Comparison, field: str, ylabel: str) -> str:
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    for name, result in comparison.results.items():
+        t = np.array([s.t for s in result.samples]) / 86400
+        y = np.array([getattr(s, field) for s in result.samples])
+        ax.plot(t, y, label=name, linewidth=1)
+    if field == "allocated_gpus":
+        ax.axhline(comparison.cluster.gpus, color="grey", linestyle=":", linewidth=1, label="capacity")
+    ax.set_xlabel("days")
+    ax.set_ylabel(ylabel)
+    ax.legend(loc="upper right", fontsize=8)
+    return _png(fig)
+
+
+def _jct_cdf(comparison: Comparison) -> str:
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, result in comparison.results.items():
+        jct = np.sort([r.end - r.job.submit_s for r in result.records if r.end is not None])
+        if len(jct):
+            ax.plot(np.maximum(jct, 1), np.arange(1, len(jct) + 1) / len(jct), label=name, linewidth=1.2)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (s, log)")
+    ax.set_ylabel("fraction of jobs")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _team_waits(summaries: dict[str, dict[str, Any]]) -> str:
+    teams = sorted({t for s in summaries.values() for t in s["per_team"]})
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(teams) + 2), 3.6))
+    width = 0.8 / max(1, len(summaries))
+    x = np.arange(len(teams))
+    for i, (name, summary) in enumerate(summaries.items()):
+        waits = [summary["per_team"].get(t, {}).get("p99_queue_s", 0.0) / 3600 for t in teams]
+        ax.bar(x + i * width, waits, width, label=name)
+    ax.set_xticks(x + width * (len(summaries) - 1) / 2, teams, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("p99 queueing delay (h)")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def render_html(comparison: Comparison) -> str:
+    """The report as one HTML page."""
+    data = comparison.to_dict()
+    rows = []
+    for name, s in comparison.summaries.items():
+        cells = []
+        for _label, key, unit in _COLUMNS:
+            value = s[key]
+            cells.append(
+                f"{value / unit:,.2f}" if unit else (f"{value:.1%}" if key == "gpu_utilization" else f"{value:,}")
+            )
+        rows.append(f"<tr><th>{html.escape(name)}</th>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    header = "".join(f"<th>{label}</th>" for label, _k, _u in _COLUMNS)
+    trace = data["trace"]
+    cluster = data["cluster"]
+    images = [
+        ("GPUs allocated over time", _timeline(comparison, "allocated_gpus", "GPUs allocated")),
+        ("Queue length over time", _timeline(comparison, "pending", "pending jobs")),
+        ("Job completion time, CDF", _jct_cdf(comparison)),
+        ("p99 queueing delay per team", _team_waits(comparison.summaries)),
+    ]
+    figures = "".join(f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in images)
+    skipped = ", ".join(f"{k}: {v}" for k, v in trace["skipped"].items()) or "none"
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>gpuplane simulation</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
+<h1>gpuplane simulation</h1>
+<p>Trace {html.escape(trace["source"])} ({html.escape(trace["path"])}): {trace["jobs"]:,} jobs over
+{trace["span_s"] / 86400:.1f} days, {trace["gpu_hours"]:,.0f} GPU-hours; skipped rows: {html.escape(skipped)}.<br>
+Cluster: {cluster["gpus"]:,} GPUs on {cluster["nodes"]:,} nodes, offered load {cluster["offered_load"]:.2f}.
+{html.escape(" ".join(cluster["notes"]))}</p>
+<table><tr><th>policy</th>{header}</tr>{"".join(rows)}</table>
+{figures}
+</body></html>"""

@@ -1,0 +1,122 @@
+"""Jobs as traces describe them, and what reading a trace kept, skipped and why.
+
+Every reader returns a ``Trace``: the jobs sorted by submission (ties by id), times relative to the
+first submission, and a ``TraceReport`` that counts every row it could not use by reason, so nothing
+is dropped silently. A trace that cannot be read at all raises ``TraceError`` naming the file, the line
+and the fix.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read: wrong format, missing columns, no usable rows."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace.
+
+    ``duration_s`` is its run time on the trace's own GPUs (speed 1.0); ``gpus`` whole GPUs, or one
+    GPU shared at ``gpu_milli``/1000 when ``gpu_milli`` is below 1000 (Alibaba's fractional GPUs).
+    """
+
+    id: str
+    team: str
+    submit_s: float
+    duration_s: float
+    gpus: int
+    gpu_milli: int = 1000
+    gpu_types: tuple[str, ...] = ()
+    klass: str = "batch"
+    priority: str | None = None
+    checkpoint_interval_s: float | None = None
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds the job needs at speed 1.0 (fractional GPUs count by their share)."""
+        share = self.gpus if self.gpu_milli >= 1000 else self.gpu_milli / 1000
+        return self.duration_s * share
+
+
+@dataclass(slots=True)
+class TraceReport:
+    """What a reader did with a trace file."""
+
+    source: str
+    path: str
+    rows: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+
+    def skip(self, reason: str) -> None:
+        """Count one row that could not be used."""
+        self.skipped[reason] += 1
+
+    @property
+    def kept(self) -> int:
+        """Rows that became jobs."""
+        return self.rows - sum(self.skipped.values())
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {
+            "source": self.source,
+            "path": self.path,
+            "rows": self.rows,
+            "jobs": self.kept,
+            "skipped": dict(sorted(self.skipped.items())),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(slots=True)
+class Trace:
+    """Jobs sorted by submission time, relative to the first, and the reader's report."""
+
+    jobs: list[TraceJob]
+    report: TraceReport
+
+    @property
+    def span_s(self) -> float:
+        """Time from the first to the last submission."""
+        return self.jobs[-1].submit_s - self.jobs[0].submit_s if self.jobs else 0.0
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds the whole trace asks for."""
+        return sum(j.gpu_seconds for j in self.jobs)
+
+    def head(self, count: int) -> Trace:
+        """The first ``count`` jobs (a slice for tests and quick runs)."""
+        report = TraceReport(self.report.source, self.report.path, self.report.rows, Counter(self.report.skipped))
+        report.notes = [*self.report.notes, f"first {count} of {len(self.jobs)} jobs"]
+        return Trace(self.jobs[:count], report)
+
+
+def finish(jobs: list[TraceJob], report: TraceReport) -> Trace:
+    """Sort by submission (then id) and shift times so the first submission is at 0."""
+    if not jobs:
+        raise TraceError(f"{report.path}: no usable jobs in {report.rows} rows (skipped: {dict(report.skipped)})")
+    jobs.sort(key=lambda j: (j.submit_s, j.id))
+    origin = jobs[0].submit_s
+    if origin != 0:
+        jobs = [
+            TraceJob(
+                j.id,
+                j.team,
+                j.submit_s - origin,
+                j.duration_s,
+                j.gpus,
+                j.gpu_milli,
+                j.gpu_types,
+                j.klass,
+                j.priority,
+                j.checkpoint_interval_s,
+            )
+            for j in jobs
+        ]
+    return Trace(jobs, report)

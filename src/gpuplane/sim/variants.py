@@ -1,0 +1,182 @@
+"""The policies a simulation compares, each expressed as a policy file for the same scheduler core.
+
+Baselines are not separate schedulers: each is a transformation of the user's policy (queues, tiers,
+switches) plus a rule that assigns each job its tier, so every policy runs through the identical
+decision code and differs only in what the policy says.
+
+- ``gpuplane``: the policy file as written (quotas, cohorts, fair sharing, EASY backfill, preemption).
+- ``fifo``: one queue, no quotas, strict first-come-first-served, no backfill, no preemption.
+- ``fifo-quota``: the policy's per-team quotas and cohorts, strict FIFO across teams, no preemption.
+- ``priority``: one queue, no quotas, strict priority by the job's tier, preemption of lower tiers.
+- ``tiresias``: discretized two-dimensional least-attained-service (Tiresias, NSDI'19): tiers by GPU
+  time received so far, preemptive, skip-ahead placement, one queue.
+- ``sjf``: shortest job first by the true GPU time (an oracle no real scheduler has), preemptive: a
+  job in a shorter class preempts longer ones. A reference for how far knowing durations could go.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from gpuplane.policy import PolicySpec, parse_policy
+
+LAS_THRESHOLDS_GPU_S = (3600.0, 36_000.0, 360_000.0)
+SJF_TIERS = 16
+ALL_QUEUE = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What a tier rule may look at: the job's own tier, true duration, size and service received."""
+
+    priority: str | None
+    duration_s: float
+    gpus: float
+    attained_gpu_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A policy to simulate: the policy file it amounts to, and how jobs map to queues and tiers."""
+
+    name: str
+    policy: PolicySpec
+    single_queue: bool
+    tier_of: Callable[[JobView], str | None]
+    retier_running: bool = False
+    thresholds_gpu_s: tuple[float, ...] = ()
+
+    def queue_of(self, team: str) -> str:
+        """The queue a team's jobs go to under this variant."""
+        return ALL_QUEUE if self.single_queue else team
+
+
+def _rebuild(doc: dict[str, Any], name: str) -> PolicySpec:
+    return parse_policy(yaml.safe_dump(doc, sort_keys=False), f"<{name} variant>")
+
+
+def _single_queue(doc: dict[str, Any]) -> None:
+    capacity: dict[str, int] = {}
+    pools: list[str] = []
+    for pool in doc["pools"]:
+        flavor = pool.get("flavor") or pool["gpu_model"]
+        capacity[flavor] = capacity.get(flavor, 0) + pool["max_nodes"] * pool["gpus_per_node"]
+        pools.append(pool["name"])
+    doc["teams"] = [{"name": ALL_QUEUE, "pools": pools, "quotas": {f: {"nominal": c} for f, c in capacity.items()}}]
+
+
+def _tiers(doc: dict[str, Any], tiers: list[dict[str, Any]]) -> None:
+    doc["priorities"] = tiers
+    doc["default_priority"] = tiers[-1]["name"]
+    classes = doc.setdefault("workload_classes", {})
+    for klass in ("training", "batch", "inference"):
+        classes.setdefault(klass, {})["default_priority"] = tiers[-1]["name"]
+
+
+def _scheduling(doc: dict[str, Any], fair: bool, backfill: str, preempt: bool) -> None:
+    doc["scheduling"] = {
+        "fair_sharing": fair,
+        "backfill": {"mode": backfill},
+        "preemption": {"enabled": preempt, "reclaim_within_cohort": "never" if not preempt else "any"},
+    }
+
+
+def _preemptible_classes(doc: dict[str, Any]) -> None:
+    classes = doc.setdefault("workload_classes", {})
+    for klass in ("training", "batch"):
+        classes.setdefault(klass, {})["preemptible"] = True
+
+
+def las_tier(thresholds: tuple[float, ...]) -> Callable[[JobView], str]:
+    """Tier by attained GPU-seconds: below the first threshold is las-0 (highest), and so on."""
+
+    def tier(job: JobView) -> str:
+        level = sum(1 for t in thresholds if job.attained_gpu_s >= t)
+        return f"las-{level}"
+
+    return tier
+
+
+def sjf_tier(job: JobView) -> str:
+    """Tier by the true GPU-seconds of the job on a log2 scale: shorter is higher."""
+    level = min(SJF_TIERS - 1, max(0, int(math.log2(max(1.0, job.duration_s * job.gpus / 60)))))
+    return f"sjf-{level}"
+
+
+def _own_tier(job: JobView) -> str | None:
+    return job.priority
+
+
+def _one_tier(job: JobView) -> str | None:
+    return None
+
+
+def make_variant(name: str, base: PolicySpec) -> Variant:
+    """The variant ``name`` of ``base``; ValueError lists the known names."""
+    doc = base.model_dump(mode="json", exclude_none=True)
+    if name == "gpuplane":
+        return Variant(name, base, single_queue=False, tier_of=_own_tier)
+    if name == "fifo":
+        _single_queue(doc)
+        _tiers(doc, [{"name": "fifo", "value": 0}])
+        _scheduling(doc, fair=False, backfill="strict", preempt=False)
+        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_one_tier)
+    if name == "fifo-quota":
+        _tiers(doc, [{"name": "fifo", "value": 0}])
+        _scheduling(doc, fair=False, backfill="strict", preempt=False)
+        for team in doc["teams"]:
+            team["allow_nonpreemptible_borrowing"] = True
+        return Variant(name, _rebuild(doc, name), single_queue=False, tier_of=_one_tier)
+    if name == "priority":
+        _single_queue(doc)
+        _scheduling(doc, fair=False, backfill="strict", preempt=True)
+        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_own_tier)
+    if name == "tiresias":
+        _single_queue(doc)
+        count = len(LAS_THRESHOLDS_GPU_S) + 1
+        _tiers(
+            doc,
+            [
+                {
+                    "name": f"las-{i}",
+                    "value": 100 * (count - i),
+                    "may_preempt": [f"las-{j}" for j in range(i + 1, count)],
+                }
+                for i in range(count)
+            ],
+        )
+        _preemptible_classes(doc)
+        _scheduling(doc, fair=False, backfill="greedy", preempt=True)
+        return Variant(
+            name,
+            _rebuild(doc, name),
+            single_queue=True,
+            tier_of=las_tier(LAS_THRESHOLDS_GPU_S),
+            retier_running=True,
+            thresholds_gpu_s=LAS_THRESHOLDS_GPU_S,
+        )
+    if name == "sjf":
+        _single_queue(doc)
+        _tiers(
+            doc,
+            [
+                {
+                    "name": f"sjf-{i}",
+                    "value": 100 * (SJF_TIERS - i),
+                    "may_preempt": [f"sjf-{j}" for j in range(i + 1, SJF_TIERS)],
+                }
+                for i in range(SJF_TIERS)
+            ],
+        )
+        _preemptible_classes(doc)
+        _scheduling(doc, fair=False, backfill="greedy", preempt=True)
+        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=sjf_tier)
+    raise ValueError(f"unknown policy '{name}'; known: {', '.join(VARIANTS)}")
+
+
+VARIANTS = ("gpuplane", "fifo", "fifo-quota", "priority", "tiresias", "sjf")
