@@ -157,7 +157,7 @@ def test_wrong_kind_of_file_names_the_missing_columns(tmp_path: Path):
     path.write_text("when,how_long\n1,2\n")
     with pytest.raises(TraceError, match="missing column.*cluster.*duration"):
         read_philly_pollux(path)
-    with pytest.raises(TraceError, match="KIND:PATH"):
+    with pytest.raises(TraceError, match=r"KIND:PATH"):
         read_trace(str(path))
 
 
