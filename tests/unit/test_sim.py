@@ -155,9 +155,9 @@ def test_gpuplane_reader_rejects_duplicates_and_bad_json(tmp_path: Path):
 def test_wrong_kind_of_file_names_the_missing_columns(tmp_path: Path):
     path = tmp_path / "other.csv"
     path.write_text("when,how_long\n1,2\n")
-    with pytest.raises(TraceError, match="missing column.*cluster.*duration"):
+    with pytest.raises(TraceError, match=r"missing column.*cluster.*duration"):
         read_philly_pollux(path)
-    with pytest.raises(TraceError, match=r"KIND:PATH"):
+    with pytest.raises(TraceError, match="KIND:PATH"):
         read_trace(str(path))
 
 
