@@ -80,6 +80,15 @@ def test_preemption_loses_work_since_the_last_checkpoint():
     assert hog.lost_s == pytest.approx(5000 - 3600)  # checkpoints at 1,800 and 3,600 s kept their work
 
 
+def test_service_thresholds_crossed_at_awkward_times_do_not_stall_virtual_time():
+    # 8 GPUs from t=11,109 s reach the 3,600 GPU-s threshold at t=11,559 s, where float rounding once
+    # left the job a hair short of the threshold forever
+    tr = trace([TraceJob("a", "a", 11_109.0, 50_000.0, 8), TraceJob("b", "b", 11_109.0, 50_000.0, 8)])
+    result = run("tiresias", tr)
+    check_conservation(result)
+    assert {r.tier for r in result.records} == {"las-3"}  # 400,000 GPU-s each: past every threshold
+
+
 def test_no_checkpoint_loses_the_whole_run():
     tr = trace([TraceJob("hog", "a", 0.0, 100_000.0, 32), TraceJob("short", "b", 5000.0, 60.0, 8)])
     result = run("tiresias", tr, checkpoint_interval_s=None)

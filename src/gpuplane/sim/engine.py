@@ -28,6 +28,14 @@ from gpuplane.sim.trace import Trace, TraceJob
 from gpuplane.sim.variants import JobView, Variant
 
 
+_STUCK_EVENTS = 100_000
+_EPSILON_GPU_S = 1e-3  # service within a millisecond-GPU of a threshold has crossed it (float rounding)
+
+
+class SimulationStuck(RuntimeError):
+    """The simulation kept handling events without virtual time advancing (a bug, reported not hung)."""
+
+
 class Estimator(Protocol):
     """Run-time estimates for backfill: asked at submission, told of every completion."""
 
@@ -185,8 +193,14 @@ class Simulation:
             self._push(job.submit_s, Event.SUBMIT, job.id)
         jobs = {j.id: j for j in self.trace.jobs}
         now = 0.0
+        same_instant = 0
+        limit = _STUCK_EVENTS + 4 * len(jobs)
         while self.events:
-            now, kind, _seq, version, job_id = heapq.heappop(self.events)
+            t, kind, _seq, version, job_id = heapq.heappop(self.events)
+            same_instant = same_instant + 1 if t == now else 0
+            if same_instant > limit:
+                raise SimulationStuck(f"virtual time stopped at t={now:.6f}s ({same_instant} events without progress)")
+            now = t
             self._account(now)
             if kind == Event.SUBMIT:
                 self._submit(jobs[job_id], now)
@@ -238,7 +252,8 @@ class Simulation:
         )
 
     def _view(self, record: JobRecord, now: float) -> JobView:
-        return JobView(record.job.priority, record.job.duration_s, record.job.gpus, record.attained_gpu_s(now))
+        attained = record.attained_gpu_s(now) + _EPSILON_GPU_S
+        return JobView(record.job.priority, record.job.duration_s, record.job.gpus, attained)
 
     def _submit(self, job: TraceJob, now: float) -> None:
         checkpoint = job.checkpoint_interval_s or self.checkpoint_interval_s
@@ -305,8 +320,8 @@ class Simulation:
         if not self.variant.retier_running or record.gpus <= 0:
             return
         attained = record.attained_gpu_s(now)
-        upcoming = [t for t in self.variant.thresholds_gpu_s if t > attained]
-        if upcoming:
+        upcoming = [t for t in self.variant.thresholds_gpu_s if t > attained + _EPSILON_GPU_S]
+        if upcoming:  # at least _EPSILON_GPU_S / gpus ahead, so virtual time always advances
             self._push(now + (upcoming[0] - attained) / record.gpus, Event.RETIER, record.job.id, record.version)
 
     def _retier(self, record: JobRecord, now: float) -> None:

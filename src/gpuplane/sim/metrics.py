@@ -80,6 +80,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
     return {
         "jobs": len(result.records),
         "completed": len(done),
+        "never_finished": len(result.records) - len(done),
         "avg_jct_s": jct_stats["mean"],
         "p50_jct_s": jct_stats["p50"],
         "p95_jct_s": jct_stats["p95"],

@@ -83,7 +83,7 @@ def read_philly_pollux(path: Path) -> Trace:
 
 
 def read_alibaba_openb(path: Path) -> Trace:
-    """Alibaba cluster-trace-gpu-v2023 (openb) pod list: GPU pods become jobs, QoS classes become teams.
+    """Alibaba cluster-trace-gpu-v2023 (openb) pod list: GPU pods become batch jobs, QoS classes become teams.
 
     Run time is deletion_time - scheduled_time; pods still running at the end of the trace are
     censored there (counted in the report), pods never scheduled and CPU-only pods are skipped.
@@ -124,7 +124,6 @@ def read_alibaba_openb(path: Path) -> Trace:
                 int(gpus),
                 gpu_milli=max(1, min(1000, milli)),
                 gpu_types=spec,
-                klass="inference" if row["qos"].strip() == "LS" else "batch",
             )
         )
     report.notes.append(f"{censored} pods were still running at the end of the trace: their run time is censored there")

@@ -62,6 +62,8 @@ class Comparison:
                 **self.trace.report.to_dict(),
                 "span_s": self.trace.span_s,
                 "gpu_hours": self.trace.gpu_seconds / 3600,
+                "mean_duration_s": sum(j.duration_s for j in self.trace.jobs) / max(1, len(self.trace.jobs)),
+                "by_gpus": {str(k): v for k, v in self.trace.by_size().items()},
             },
             "cluster": {
                 "gpus": self.cluster.gpus,

@@ -37,9 +37,8 @@ class TraceJob:
 
     @property
     def gpu_seconds(self) -> float:
-        """GPU-seconds the job needs at speed 1.0 (fractional GPUs count by their share)."""
-        share = self.gpus if self.gpu_milli >= 1000 else self.gpu_milli / 1000
-        return self.duration_s * share
+        """GPU-seconds the job holds when replayed at speed 1.0 (a fractional GPU holds a whole one)."""
+        return self.duration_s * self.gpus
 
 
 @dataclass(slots=True)
@@ -89,6 +88,15 @@ class Trace:
     def gpu_seconds(self) -> float:
         """GPU-seconds the whole trace asks for."""
         return sum(j.gpu_seconds for j in self.jobs)
+
+    def by_size(self) -> dict[int, dict[str, float]]:
+        """Jobs and GPU-hours per GPU count, for comparing a replay with a trace's published statistics."""
+        sizes: dict[int, dict[str, float]] = {}
+        for job in self.jobs:
+            entry = sizes.setdefault(job.gpus, {"jobs": 0, "gpu_hours": 0.0})
+            entry["jobs"] += 1
+            entry["gpu_hours"] += job.gpu_seconds / 3600
+        return dict(sorted(sizes.items()))
 
     def head(self, count: int) -> Trace:
         """The first ``count`` jobs (a slice for tests and quick runs)."""
