@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.simcheck import check_conservation
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.sim.readers import read_trace
 from gpuplane.sim.runner import Options, compare
-from tests.simcheck import check_conservation
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpuplane" / "examples"
@@ -44,12 +44,15 @@ def test_slice_of_real_trace_conserves_and_is_deterministic(kind):
     for result in first.results.values():
         check_conservation(result)
     second = compare(policy, trace, options)
-    strip = lambda d: {
-        k: {n: {x: y for x, y in p.items() if x not in ("wall_s", "jobs_per_s")} for n, p in v.items()}
-        if k == "policies"
-        else v
-        for k, v in d.items()
-    }  # noqa: E731
+
+    def strip(d):
+        return {
+            k: {n: {x: y for x, y in p.items() if x not in ("wall_s", "jobs_per_s")} for n, p in v.items()}
+            if k == "policies"
+            else v
+            for k, v in d.items()
+        }
+
     assert json.dumps(strip(first.to_dict()), sort_keys=True) == json.dumps(strip(second.to_dict()), sort_keys=True)
 
 

@@ -27,7 +27,6 @@ from gpuplane.scheduler.state import CycleState
 from gpuplane.sim.trace import Trace, TraceJob
 from gpuplane.sim.variants import JobView, Variant
 
-
 _STUCK_EVENTS = 100_000
 _EPSILON_GPU_S = 1e-3  # service within a millisecond-GPU of a threshold has crossed it (float rounding)
 
