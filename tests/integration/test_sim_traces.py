@@ -7,6 +7,7 @@ time is conserved (held = needed + lost to preemption), and a second run gives i
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from gpuplane.io.policy_file import load_policy
 from gpuplane.sim.readers import read_trace
 from gpuplane.sim.runner import Options, compare
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+TRACES = Path(os.environ.get("GPUPLANE_TRACES", Path(__file__).resolve().parents[3] / "shared" / "traces"))
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpuplane" / "examples"
 
 CASES = {
@@ -67,3 +68,17 @@ def test_philly_slice_with_the_shipped_policy():
     assert fifo["completed"] == ours["completed"] == 3000
     assert set(ours["per_team"]) <= {t.name for t in comparison.cluster.policy.teams}
     assert ours["avg_jct_s"] < fifo["avg_jct_s"]  # backfill and fair sharing beat strict FIFO here
+
+
+def test_bundled_philly_sample_runs_everywhere():
+    """The CC-BY sample shipped with the package: real data, no shared folder needed."""
+    trace = read_trace(f"philly-pollux:{EXAMPLES / 'traces' / 'philly-sample.csv'}")
+    assert len(trace.jobs) == 3000 and not trace.report.skipped
+    comparison = compare(
+        load_policy(str(EXAMPLES / "philly.yaml")),
+        trace.head(1200),
+        Options(policies=("fifo", "tiresias", "gpuplane"), gpus=96),
+    )
+    for result in comparison.results.values():
+        check_conservation(result)
+    assert comparison.summaries["gpuplane"]["avg_jct_s"] < comparison.summaries["fifo"]["avg_jct_s"]
