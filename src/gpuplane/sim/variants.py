@@ -92,6 +92,23 @@ def _preemptible_classes(doc: dict[str, Any]) -> None:
         classes.setdefault(klass, {})["preemptible"] = True
 
 
+def _preemptive_ladder(doc: dict[str, Any], prefix: str, count: int) -> None:
+    """Tiers <prefix>-0 (highest) .. <prefix>-<count-1>, each preempting all below; greedy placement."""
+    _tiers(
+        doc,
+        [
+            {
+                "name": f"{prefix}-{i}",
+                "value": 100 * (count - i),
+                "may_preempt": [f"{prefix}-{j}" for j in range(i + 1, count)],
+            }
+            for i in range(count)
+        ],
+    )
+    _preemptible_classes(doc)
+    _scheduling(doc, fair=False, backfill="greedy", preempt=True)
+
+
 def las_tier(thresholds: tuple[float, ...]) -> Callable[[JobView], str]:
     """Tier by attained GPU-seconds: below the first threshold is las-0 (highest), and so on."""
 
@@ -138,20 +155,7 @@ def make_variant(name: str, base: PolicySpec) -> Variant:
         return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_own_tier)
     if name == "tiresias":
         _single_queue(doc)
-        count = len(LAS_THRESHOLDS_GPU_S) + 1
-        _tiers(
-            doc,
-            [
-                {
-                    "name": f"las-{i}",
-                    "value": 100 * (count - i),
-                    "may_preempt": [f"las-{j}" for j in range(i + 1, count)],
-                }
-                for i in range(count)
-            ],
-        )
-        _preemptible_classes(doc)
-        _scheduling(doc, fair=False, backfill="greedy", preempt=True)
+        _preemptive_ladder(doc, "las", len(LAS_THRESHOLDS_GPU_S) + 1)
         return Variant(
             name,
             _rebuild(doc, name),
@@ -162,19 +166,7 @@ def make_variant(name: str, base: PolicySpec) -> Variant:
         )
     if name == "sjf":
         _single_queue(doc)
-        _tiers(
-            doc,
-            [
-                {
-                    "name": f"sjf-{i}",
-                    "value": 100 * (SJF_TIERS - i),
-                    "may_preempt": [f"sjf-{j}" for j in range(i + 1, SJF_TIERS)],
-                }
-                for i in range(SJF_TIERS)
-            ],
-        )
-        _preemptible_classes(doc)
-        _scheduling(doc, fair=False, backfill="greedy", preempt=True)
+        _preemptive_ladder(doc, "sjf", SJF_TIERS)
         return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=sjf_tier)
     raise ValueError(f"unknown policy '{name}'; known: {', '.join(VARIANTS)}")
 
