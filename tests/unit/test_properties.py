@@ -220,3 +220,16 @@ def test_invariants_hold_over_many_cycles(data):
 
 def test_base_policy_fixture_is_valid():
     assert policy().name == "gpuplane" and len(BASE_POLICY["teams"]) == 3
+
+
+def test_kept_state_resolves_a_changed_workload_afresh():
+    p = policy()
+    index = PolicyIndex(p)
+    node_list = nodes(p, train=1, infer=0, spot=0)
+    kept = CycleState(index, node_list, 0.0)
+    huge = job("w", gpus=8, pods=50)
+    first = run_cycle(kept, 0.0, [huge])
+    assert first.decisions[0].kind is DecisionKind.WAIT
+    small = job("w", gpus=1)
+    second = run_cycle(kept, 1.0, [small])
+    assert second.decisions[0].kind is DecisionKind.ADMIT, "a stale resolution of the old object was used"

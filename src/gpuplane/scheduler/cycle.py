@@ -27,7 +27,7 @@ from gpuplane.scheduler.backfill import find_reservation
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.preemption import plan_preemption
 from gpuplane.scheduler.reasons import make_reason
-from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved
 from gpuplane.scheduler.state import CycleState, Reservation, RunEntry
 
 _FAILURE_RANK = {
@@ -46,6 +46,10 @@ _FAILURE_RANK = {
         ]
     )
 }
+
+
+HeapKey = tuple[int, float, float, str, str, int]
+"""A queue head in the cycle's heap: tier, share, submission, id, queue name, position in the queue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,18 +127,20 @@ class _Cycle:
         self.blocked_queues: dict[str, str] = {}
         self.preempt_memo: dict[tuple[object, ...], int] = {}
         self.shares: dict[str, tuple[int, float]] = {}
+        self.all_pools = len(index.pools)
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
         queues: dict[str, list[Resolved | None]] = {}
+        self.st.forget_resolved(len(self.pending))
         for w in self.pending:
             try:
-                r = resolve(w, self.index)
+                r = self.st.resolve(w)
             except InvalidWorkload as exc:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
                 continue
             queues.setdefault(r.queue.name, []).append(r)
-        heap: list[tuple[int, float, float, str, str, int]] = []
+        heap: list[HeapKey] = []
         for name, items in queues.items():
             items.sort(key=_queue_order)
             heap.append(self._key(items[0], name, 0))
@@ -151,13 +157,16 @@ class _Cycle:
                 heapq.heapreplace(heap, self._key(items[pos + 1], name, pos + 1))
             else:
                 heapq.heappop(heap)
+            if self.mode == "strict" and len(self.blocked_pools) == self.all_pools:
+                self._drain_blocked(queues, heap)
+                break
         views = tuple(
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
         )
         return CycleResult(self.st.now, tuple(self.decisions), views)
 
-    def _key(self, r: Resolved | None, name: str, pos: int) -> tuple[int, float, float, str, str, int]:
+    def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
         """Heap order of a queue head: tier, the queue's weighted dominant share, submission, id."""
         assert r is not None
         share = 0.0
@@ -210,6 +219,24 @@ class _Cycle:
         if self.preemption and preemptable and self._try_preemption(r):
             return
         self._block(r, failures, position)
+
+    def _drain_blocked(self, queues: dict[str, list[Resolved | None]], heap: list[HeapKey]) -> None:
+        """Strict mode with every pool blocked: everything not yet decided waits behind a blocked head.
+
+        Nothing can be admitted any more this cycle, so the rest is decided in bulk, queue by queue,
+        without trying placement: a saturated FIFO cluster with thousands pending stays cheap.
+        """
+        for _, _, _, _, name, start in heap:
+            items = queues[name]
+            queue_head = self.blocked_queues.get(name)
+            for position in range(start, len(items)):
+                r = items[position]
+                assert r is not None
+                if not r.options:
+                    self._decide(r, position)
+                    continue
+                head = queue_head or self.blocked_pools[r.options[0].pools[0].name]
+                self._wait(r.id, ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
 
     def _admit(self, r: Resolved, fit: Fit, victims: tuple[str, ...] = ()) -> None:
         st = self.st

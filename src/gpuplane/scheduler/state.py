@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.model.placement import Placement, PodPlacement
-from gpuplane.model.workload import RunningWorkload
+from gpuplane.model.workload import RunningWorkload, Workload
 from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
 from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
-from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
 
 
 @dataclass(slots=True, eq=False)
@@ -87,6 +87,25 @@ class CycleState:
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         self._victims: VictimIndex | None = None
         self._admitted: list[RunEntry] = []
+        self._resolved: dict[str, tuple[Workload, Resolved]] = {}
+
+    def resolve(self, w: Workload) -> Resolved:
+        """``resolve(w)``, remembered while the runtime passes the same workload object cycle after cycle.
+
+        A kept state sees the same pending workloads every cycle; resolving them again is most of a
+        saturated cycle's cost. A changed workload is a new object and is resolved afresh.
+        """
+        cached = self._resolved.get(w.id)
+        if cached is not None and cached[0] is w:
+            return cached[1]
+        r = resolve(w, self.index)
+        self._resolved[w.id] = (w, r)
+        return r
+
+    def forget_resolved(self, keep: int) -> None:
+        """Drop remembered resolutions when there are far more than the ``keep`` workloads now pending."""
+        if len(self._resolved) > 2 * keep + 1024:
+            self._resolved.clear()
 
     def load(self, running: Iterable[RunningWorkload]) -> None:
         """Add running work (a snapshot's, or work restored by a runtime); SnapshotError if it contradicts."""
@@ -108,6 +127,7 @@ class CycleState:
         """Record work admitted in this cycle (never a victim before the next cycle)."""
         self.running[entry.id] = entry
         self._admitted.append(entry)
+        self._resolved.pop(entry.id, None)
 
     def finish(self, workload_id: str) -> None:
         """Running work ended (completed, failed or stopped): its GPUs and quota are free again."""
