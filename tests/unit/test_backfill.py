@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuplane.model import RunningWorkload
-from tests.unit.fixtures import codes, cycle, job, nodes, policy
+from tests.unit.fixtures import SPOT_OK, codes, cycle, job, nodes, policy
 
 
 def busy(p, node_list, ends, gpus=None):
@@ -95,3 +95,33 @@ def test_overrunning_jobs_are_expected_to_end_soon():
     res = cycle(p, node_list, [job("gang", pods=2, klass="batch")], run, now=0)
     details = res.for_workload("gang")[0].reason.details
     assert details["start"] == p.scheduling.backfill.overrun_extension_s
+
+
+def test_strict_mode_with_every_pool_blocked_decides_the_rest_in_bulk():
+    p = policy(scheduling={"backfill": {"mode": "strict"}})
+    node_list = nodes(p, train=1, infer=1, spot=1)
+    pending = [
+        job("gang", pods=4, t=0),
+        job("serve-gang", queue="serve", klass="inference", gpus=8, pods=4, min_count=4, t=0.5),
+        job(
+            "spot-gang",
+            klass="batch",
+            gpus=4,
+            pods=3,
+            t=0.7,
+            checkpoint_interval_s=600,
+            tolerations=SPOT_OK,
+            pools=("spot",),
+            priority="normal",
+        ),
+    ]
+    pending += [job(f"w{i}", gpus=1, t=2 + i) for i in range(5)]
+    result = cycle(p, node_list, pending)
+    assert result.blocked_tail, "the saturated cycle should have decided its tail in bulk"
+    assert result.decision_count == len(result.decisions) == len(pending)
+    behind = {
+        d.workload_id: d.reason.details for d in result.decisions if d.reason.code.value == "blocked_by_queue_head"
+    }
+    assert set(behind) >= {f"w{i}" for i in range(5)}
+    assert {d["head"] for k, d in behind.items() if k.startswith("w")} == {"gang"}
+    assert sorted(d["queue_position"] for k, d in behind.items() if k.startswith("w")) == list(range(2, 7))

@@ -67,18 +67,40 @@ class CycleResult:
     """The decisions of one cycle, in the order they were taken (preemptions before their admit)."""
 
     now: float
-    decisions: tuple[Decision, ...]
+    decided: tuple[Decision, ...]
     reservations: tuple[ReservationView, ...]
+    blocked_tail: tuple[tuple[str, str, int], ...] = ()
+    """Workloads decided in bulk (strict mode, every pool blocked): (workload, blocking head, position)."""
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        """Every decision: those taken one by one, then a BLOCKED_BY_QUEUE_HEAD wait for each of the tail."""
+        if not self.blocked_tail:
+            return self.decided
+        tail = tuple(
+            Decision(
+                DecisionKind.WAIT,
+                wid,
+                make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position}),
+            )
+            for wid, head, position in self.blocked_tail
+        )
+        return self.decided + tail
+
+    @property
+    def decision_count(self) -> int:
+        """How many decisions the cycle took, without building the bulk-decided ones."""
+        return len(self.decided) + len(self.blocked_tail)
 
     @property
     def admitted(self) -> list[Decision]:
         """ADMIT decisions."""
-        return [d for d in self.decisions if d.kind is DecisionKind.ADMIT]
+        return [d for d in self.decided if d.kind is DecisionKind.ADMIT]
 
     @property
     def preempted(self) -> list[Decision]:
         """PREEMPT decisions."""
-        return [d for d in self.decisions if d.kind is DecisionKind.PREEMPT]
+        return [d for d in self.decided if d.kind is DecisionKind.PREEMPT]
 
     @property
     def waiting(self) -> list[Decision]:
@@ -128,6 +150,7 @@ class _Cycle:
         self.preempt_memo: dict[tuple[object, ...], int] = {}
         self.shares: dict[str, tuple[int, float]] = {}
         self.all_pools = len(index.pools)
+        self.tail: list[tuple[str, str, int]] = []
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
@@ -164,7 +187,7 @@ class _Cycle:
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
         )
-        return CycleResult(self.st.now, tuple(self.decisions), views)
+        return CycleResult(self.st.now, tuple(self.decisions), views, tuple(self.tail))
 
     def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
         """Heap order of a queue head: tier, the queue's weighted dominant share, submission, id."""
@@ -236,7 +259,7 @@ class _Cycle:
                     self._decide(r, position)
                     continue
                 head = queue_head or self.blocked_pools[r.options[0].pools[0].name]
-                self._wait(r.id, ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
+                self.tail.append((r.id, head, position))
 
     def _admit(self, r: Resolved, fit: Fit, victims: tuple[str, ...] = ()) -> None:
         st = self.st

@@ -348,10 +348,10 @@ class Simulation:
         self._apply(result, now)
 
     def _apply(self, result: CycleResult, now: float) -> None:
-        self.decisions += len(result.decisions)
-        for decision in result.decisions:
+        self.decisions += result.decision_count
+        for decision in result.decided:
             if decision.kind is DecisionKind.PREEMPT:
                 self._preempted(self.records[decision.workload_id], now)
-        for decision in result.decisions:
+        for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
                 self._start(self.records[decision.workload_id], decision.placement, now)
