@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplane.model.cluster import ClusterSnapshot
-from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
+from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
 from gpuplane.model.workload import Workload
 from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
@@ -46,6 +46,11 @@ _FAILURE_RANK = {
         ]
     )
 }
+
+
+def behind_head(head: str, position: int) -> Reason:
+    """Why work waits in strict mode: ``head`` is blocked ahead of it; ``position`` is its place in its queue."""
+    return make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
 
 
 HeapKey = tuple[int, float, float, str, str, int]
@@ -81,7 +86,7 @@ class CycleResult:
             Decision(
                 DecisionKind.WAIT,
                 wid,
-                make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position}),
+                behind_head(head, position),
             )
             for wid, head, position in self.blocked_tail
         )
@@ -221,7 +226,7 @@ class _Cycle:
                 None,
             )
             if head is not None:
-                self._wait(r.id, ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
+                self.decisions.append(Decision(DecisionKind.WAIT, r.id, behind_head(head, position)))
                 return
         if len(r.options) == 1:
             only = r.options[0]
