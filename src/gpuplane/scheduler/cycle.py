@@ -124,6 +124,7 @@ def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
     snapshot contradicts itself (a GPU held twice, an unknown node).
     """
     state = CycleState(index, snapshot.nodes, snapshot.now)
+    state.remember_resolved = False
     state.load(snapshot.running)
     return run_cycle(state, snapshot.now, snapshot.pending)
 

@@ -88,6 +88,8 @@ class CycleState:
         self._victims: VictimIndex | None = None
         self._admitted: list[RunEntry] = []
         self._resolved: dict[str, tuple[Workload, Resolved]] = {}
+        self.remember_resolved = True
+        """Off for a state used for one cycle only (``schedule``), where remembering costs and never pays."""
 
     def resolve(self, w: Workload) -> Resolved:
         """``resolve(w)``, remembered while the runtime passes the same workload object cycle after cycle.
@@ -95,6 +97,8 @@ class CycleState:
         A kept state sees the same pending workloads every cycle; resolving them again is most of a
         saturated cycle's cost. A changed workload is a new object and is resolved afresh.
         """
+        if not self.remember_resolved:
+            return resolve(w, self.index)
         cached = self._resolved.get(w.id)
         if cached is not None and cached[0] is w:
             return cached[1]
