@@ -123,8 +123,7 @@ def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
     Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
     snapshot contradicts itself (a GPU held twice, an unknown node).
     """
-    state = CycleState(index, snapshot.nodes, snapshot.now)
-    state.remember_resolved = False
+    state = CycleState(index, snapshot.nodes, snapshot.now, remember_resolved=False)
     state.load(snapshot.running)
     return run_cycle(state, snapshot.now, snapshot.pending)
 

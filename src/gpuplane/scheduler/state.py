@@ -74,7 +74,9 @@ class CycleState:
     (``finish``, ``load``), instead of rebuilding everything from a snapshot every cycle.
     """
 
-    def __init__(self, index: PolicyIndex, nodes: Sequence[Node], now: float) -> None:
+    def __init__(
+        self, index: PolicyIndex, nodes: Sequence[Node], now: float, *, remember_resolved: bool = True
+    ) -> None:
         self.index = index
         self.now = now
         self.cap = CapacityIndex(index, nodes)
@@ -88,8 +90,7 @@ class CycleState:
         self._victims: VictimIndex | None = None
         self._admitted: list[RunEntry] = []
         self._resolved: dict[str, tuple[Workload, Resolved]] = {}
-        self.remember_resolved = True
-        """Off for a state used for one cycle only (``schedule``), where remembering costs and never pays."""
+        self.remember_resolved = remember_resolved  # off for a one-cycle state: remembering costs, never pays
 
     def resolve(self, w: Workload) -> Resolved:
         """``resolve(w)``, remembered while the runtime passes the same workload object cycle after cycle.
