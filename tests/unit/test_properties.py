@@ -15,6 +15,7 @@ checked from the placements alone, independently of the scheduler's own bookkeep
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -76,6 +77,8 @@ def policies(draw):
             "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"])),
         },
     }
+    if draw(st.booleans()):
+        scheduling["service_levels"] = {"thresholds_gpu_hours": [0.5, 4], "preempt_within_queue": draw(st.booleans())}
     return policy(teams=teams, scheduling=scheduling)
 
 
@@ -109,6 +112,7 @@ def workloads(draw, prefix, t):
         tolerations=SPOT_OK if draw(st.booleans()) else (),
         min_count=draw(st.integers(1, pods)) if pods > 1 and draw(st.booleans()) else None,
         topology=draw(st.sampled_from([None, TopologyMode.REQUIRED, TopologyMode.NONE])),
+        attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 3000.0, 20_000.0])),
     )
 
 
@@ -194,7 +198,8 @@ def test_invariants_hold_over_many_cycles(data):
         requeued = []
         for d in by_kind[DecisionKind.PREEMPT]:
             victim = running_by_id.pop(d.workload_id)
-            requeued.append(victim.workload)
+            service = victim.placement.whole_gpus * (now - victim.start_time)
+            requeued.append(replace(victim.workload, attained_gpu_s=victim.workload.attained_gpu_s + service))
             assert resolve(victim.workload, index).preemptible, "non-preemptible work was preempted"
         pending_by_id = {w.id: w for w in pending}
         for d in by_kind[DecisionKind.ADMIT]:

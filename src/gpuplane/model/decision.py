@@ -26,6 +26,7 @@ class ReasonCode(StrEnum):
     ADMITTED_AFTER_PREEMPTION = "admitted_after_preemption"
     PREEMPTED_FOR_HIGHER_PRIORITY = "preempted_for_higher_priority"
     PREEMPTED_TO_RECLAIM_QUOTA = "preempted_to_reclaim_quota"
+    PREEMPTED_FOR_LESS_SERVED = "preempted_for_less_served"
     INVALID_WORKLOAD = "invalid_workload"
     NO_ELIGIBLE_POOL = "no_eligible_pool"
     MAX_RUNNING_JOBS = "max_running_jobs"

@@ -82,6 +82,9 @@ class Workload:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     pools: tuple[str, ...] | None = None
     topology: TopologyMode | None = None
+    attained_gpu_s: float = 0.0
+    """GPU-seconds of service received in earlier runs (before a preemption); orders work when the policy
+    declares attained-service levels. Reported by the runtime, which alone knows the history."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -155,8 +155,14 @@ class PreemptionSpec(_Spec):
     grace_period_s: float = Field(30.0, ge=0)
 
 
+class ServiceLevelsSpec(_Spec):
+    thresholds_gpu_hours: list[float] = Field(min_length=1)
+    preempt_within_queue: bool = True
+
+
 class SchedulingSpec(_Spec):
     fair_sharing: bool = True
+    service_levels: ServiceLevelsSpec | None = None
     backfill: BackfillSpec = Field(default_factory=BackfillSpec)
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
 

@@ -18,7 +18,7 @@ def _one_of(names: Iterable[str]) -> str:
 def check_policy(policy: PolicySpec) -> list[PolicyIssue]:
     """Every cross-field problem of an otherwise well-typed policy, in file order."""
     issues: list[PolicyIssue] = []
-    for check in (_unique_names, _gpu_models, _pools, _flavor_models, _teams, _capacity, _priorities):
+    for check in (_unique_names, _gpu_models, _pools, _flavor_models, _teams, _capacity, _priorities, _service_levels):
         issues.extend(check(policy))
     return issues
 
@@ -205,4 +205,20 @@ def _flavor_models(policy: PolicySpec) -> Iterator[PolicyIssue]:
                 ("pools", index, "flavor"),
                 f"flavor '{pool.flavor_name}' already names GPU model '{known}', not '{pool.gpu_model}'",
                 "give pools of different GPU models different flavors",
+            )
+
+
+def _service_levels(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    levels = policy.scheduling.service_levels
+    if levels is None:
+        return
+    thresholds = levels.thresholds_gpu_hours
+    for index, value in enumerate(thresholds):
+        if value <= 0 or (index > 0 and value <= thresholds[index - 1]):
+            yield PolicyIssue(
+                ("scheduling", "service_levels", "thresholds_gpu_hours", index),
+                f"threshold {value:g} is not above the one before it ({thresholds[index - 1]:g})"
+                if index > 0 and value > 0
+                else f"threshold {value:g} is not positive",
+                "list positive GPU-hour thresholds in increasing order, e.g. [1, 10, 100]",
             )

@@ -2,11 +2,12 @@
 
 1. Index free capacity and quota usage from the snapshot's nodes and running work.
 2. Resolve every pending workload (class defaults, tier, eligible flavors and pools).
-3. Order queue heads: priority tier, then weighted dominant share of the queue (fair sharing), then
+3. Order queue heads: priority tier, then attained-service level (when the policy declares levels: work
+   that has had less GPU time first), then weighted dominant share of the queue (fair sharing), then
    submission time. After each admission the queue's share is updated before its next head competes.
 4. For each head: quota of each eligible flavor (nominal, then cohort borrowing), then gang placement
    on the flavor's pools, keeping off GPUs reserved for an earlier blocked gang unless it ends first.
-5. No fit: preempt where the policy allows (same-queue lower tier; reclaim borrowed quota).
+5. No fit: preempt where the policy allows (same-queue lower tier or higher level; reclaim borrowed quota).
 6. Still no fit for lack of GPUs: the first such gang on a pool gets a reservation (EASY backfill) or,
    in strict mode, blocks the pools for everything behind it; in strict mode a head stopped by its
    queue's quota blocks the rest of its queue.
@@ -53,8 +54,8 @@ def behind_head(head: str, position: int) -> Reason:
     return make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
 
 
-HeapKey = tuple[int, float, float, str, str, int]
-"""A queue head in the cycle's heap: tier, share, submission, id, queue name, position in the queue."""
+HeapKey = tuple[int, int, float, float, str, str, int]
+"""A queue head in the cycle's heap: tier, service level, share, submission, id, queue name, position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +156,7 @@ class _Cycle:
         self.preempt_memo: dict[tuple[object, ...], int] = {}
         self.shares: dict[str, tuple[int, float]] = {}
         self.all_pools = len(index.pools)
+        self.levels = bool(index.level_thresholds_gpu_s)
         self.tail: list[tuple[str, str, int]] = []
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
@@ -175,7 +177,7 @@ class _Cycle:
         heapq.heapify(heap)
         while heap:
             top = heap[0]
-            name, pos = top[4], top[5]
+            name, pos = top[5], top[6]
             items = queues[name]
             head = items[pos]
             items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
@@ -195,7 +197,7 @@ class _Cycle:
         return CycleResult(self.st.now, tuple(self.decisions), views, tuple(self.tail))
 
     def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
-        """Heap order of a queue head: tier, the queue's weighted dominant share, submission, id."""
+        """Heap order of a queue head: tier, attained-service level, the queue's weighted dominant share, submission."""
         assert r is not None
         share = 0.0
         if self.fair:
@@ -205,7 +207,7 @@ class _Cycle:
                 cached = (version, self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity))
                 self.shares[name] = cached
             share = cached[1]
-        return (-r.priority, share, r.workload.submit_time, r.workload.id, name, pos)
+        return (-r.priority, r.level, share, r.workload.submit_time, r.workload.id, name, pos)
 
     # -- 4-6: one head ----------------------------------------------------------------------------------
     def _decide(self, r: Resolved, position: int) -> None:
@@ -254,7 +256,7 @@ class _Cycle:
         Nothing can be admitted any more this cycle, so the rest is decided in bulk, queue by queue,
         without trying placement: a saturated FIFO cluster with thousands pending stays cheap.
         """
-        for _, _, _, _, name, start in heap:
+        for *_, name, start in heap:
             items = queues[name]
             queue_head = self.blocked_queues.get(name)
             for position in range(start, len(items)):
@@ -284,6 +286,7 @@ class _Cycle:
                 end_estimate=st.now + r.duration_s,
                 checkpoint_interval=r.workload.checkpoint_interval_s,
                 admitted_now=True,
+                attained_gpu_s=r.workload.attained_gpu_s,
             )
         )
         details: dict[str, Any] = {
@@ -330,7 +333,13 @@ class _Cycle:
         for victim in plan.victims:
             assert victim.queue is not None and victim.tier is not None
             same_queue = victim.queue is r.queue
-            code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY if same_queue else ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
+            level = self.st.victims.level(victim)
+            if not same_queue:
+                code = ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
+            elif victim.tier.value < r.priority:
+                code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY
+            else:
+                code = ReasonCode.PREEMPTED_FOR_LESS_SERVED
             lost = victim.lost_work_s(self.st.now)
             self.decisions.append(
                 Decision(
@@ -348,6 +357,7 @@ class _Cycle:
                             "lost_work_s": lost,
                             "lost_gpu_seconds": lost * victim.gpus,
                             "grace_period_s": grace,
+                            **({"level": level, "preemptor_level": r.level} if self.levels else {}),
                         },
                     ),
                 )
@@ -403,10 +413,10 @@ class _Cycle:
         self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
 
 
-def _queue_order(r: Resolved | None) -> tuple[int, float, str]:
-    """Order within a queue: higher tier first, then submission time, then id."""
+def _queue_order(r: Resolved | None) -> tuple[int, int, float, str]:
+    """Order within a queue: higher tier first, then lower attained-service level, then submission time, then id."""
     assert r is not None
-    return (-r.priority, r.workload.submit_time, r.workload.id)
+    return (-r.priority, r.level, r.workload.submit_time, r.workload.id)
 
 
 _QUOTA_PREEMPTABLE = frozenset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +85,11 @@ class ClassInfo:
     topology: TopologyMode
 
 
+def service_level(thresholds_gpu_s: tuple[float, ...], attained_gpu_s: float) -> int:
+    """Attained-service level: 0 below the first threshold, 1 below the second, and so on."""
+    return bisect_right(thresholds_gpu_s, attained_gpu_s)
+
+
 class PolicyIndex:
     """Lookup tables derived from a validated policy. Build once per policy, reuse every cycle."""
 
@@ -164,4 +170,9 @@ class PolicyIndex:
                     key = (cohort, flavor)
                     self.cohort_lendable[key] = self.cohort_lendable.get(key, 0) + quota.lend_limit
         self.flavors = sorted({p.flavor for p in self.pools.values()})
+        levels = policy.scheduling.service_levels
+        self.level_thresholds_gpu_s: tuple[float, ...] = (
+            tuple(h * 3600.0 for h in levels.thresholds_gpu_hours) if levels is not None else ()
+        )
+        self.level_preemption = levels is not None and levels.preempt_within_queue
         self.profile_cache: dict[tuple[object, ...], Any] = {}

@@ -1,10 +1,13 @@
 """Preemption: the fewest, lowest-priority, cheapest-to-lose victims that let a blocked workload start.
 
-Victims are tried in order of tier (lowest first), then work lost since their last checkpoint (or start,
-so a recent checkpoint or a recent start both make a cheap victim), then most recent start.
+Victims are tried in order of tier (lowest first), then attained-service level (highest first), then work
+lost since their last checkpoint (or start, so a recent checkpoint or a recent start both make a cheap
+victim), then most recent start.
 
 Allowed victims (and nothing else):
-1. preemptible work of the same queue whose tier is lower and listed in the preemptor's ``may_preempt``;
+1. preemptible work of the same queue whose tier is lower and listed in the preemptor's ``may_preempt``,
+   or, when the policy declares attained-service levels, of the same tier at a higher level (it has
+   received more GPU time than the preemptor; Tiresias' least-attained-service rule, kept within a queue);
 2. preemptible work of another queue of the same cohort that is borrowing the flavor, when the preemptor
    stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters).
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
@@ -36,20 +39,29 @@ class _Source:
     """One queue whose running work may supply victims, and which of its tiers may."""
 
     queue: QueueInfo
-    accept: Callable[[TierInfo], bool]
+    accept: Callable[[TierInfo, int], bool]
 
 
 def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _Source]:
     """The queues that may lose work to ``r`` on ``option``'s flavor, each with its tier filter."""
     flavor = option.flavor
-    sources = {r.queue.name: _Source(r.queue, lambda t: t.value < r.priority and t.name in r.tier.may_preempt)}
+    by_level = st.index.level_preemption
+
+    def same_queue(t: TierInfo, level: int) -> bool:
+        if t.value < r.priority:
+            return t.name in r.tier.may_preempt
+        return by_level and t == r.tier and level > r.level
+
+    sources = {r.queue.name: _Source(r.queue, same_queue)}
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
     if reclaim == "never" or r.queue.cohort is None:
         return sources
     quota = r.queue.quota(flavor)
     if st.ledger.usage[r.queue.name][flavor] + option.milli * r.required > quota.nominal:
         return sources
-    accept: Callable[[TierInfo], bool] = (lambda t: True) if reclaim == "any" else (lambda t: t.value < r.priority)
+    accept: Callable[[TierInfo, int], bool] = (
+        (lambda t, level: True) if reclaim == "any" else (lambda t, level: t.value < r.priority)
+    )
     for name in st.index.cohort_members[r.queue.cohort]:
         queue = st.index.queues[name]
         if name != r.queue.name and st.ledger.borrowing(queue, flavor):
@@ -72,7 +84,7 @@ def _candidates(st: CycleState, option: FlavorOption, sources: dict[str, _Source
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
         if e.evicted or e.queue is None or e.tier is None:
             continue
-        if sources[e.queue.name].accept(e.tier):
+        if sources[e.queue.name].accept(e.tier, st.victims.level(e)):
             yield e
 
 

@@ -18,6 +18,10 @@ _TEMPLATES: dict[ReasonCode, str] = {
     ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA: (
         "preempted by {preemptor}: queue {preemptor_queue} reclaims {flavor} quota that queue {queue} borrowed"
     ),
+    ReasonCode.PREEMPTED_FOR_LESS_SERVED: (
+        "preempted by {preemptor} in queue {queue}: it has had more GPU time (service level {level} > "
+        "{preemptor_level}) at the same priority"
+    ),
     ReasonCode.INVALID_WORKLOAD: "cannot be scheduled under this policy: {error}",
     ReasonCode.NO_ELIGIBLE_POOL: "no pool of queue {queue} can take it: {pools}",
     ReasonCode.MAX_RUNNING_JOBS: "queue is at its max_running_jobs ({max_running_jobs})",

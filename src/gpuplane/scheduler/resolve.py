@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.model.workload import TopologyMode, Workload
-from gpuplane.scheduler.index import PolicyIndex, PoolInfo, QueueInfo, TierInfo
+from gpuplane.scheduler.index import PolicyIndex, PoolInfo, QueueInfo, TierInfo, service_level
 
 
 class InvalidWorkload(ValueError):
@@ -61,6 +61,8 @@ class Resolved:
     options: list[FlavorOption]
     rejected_pools: dict[str, str] = field(default_factory=dict)
     preemption_key: tuple[object, ...] = ()
+    level: int = 0
+    """Attained-service level (0 when the policy declares none): lower levels go first within a tier."""
 
     @property
     def id(self) -> str:
@@ -103,6 +105,8 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
     Workloads that differ only in id, submission time and duration share one cached profile.
     Raises InvalidWorkload when the workload cannot be scheduled under this policy at all.
     """
+    if w.attained_gpu_s < 0:
+        raise InvalidWorkload(f"attained_gpu_s must be >= 0, got {w.attained_gpu_s:g}")
     spot_ok = w.checkpoint_interval_s is not None and (
         w.checkpoint_interval_s <= index.policy.checkpoint.spot_max_interval_s
     )
@@ -128,7 +132,11 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
             index.profile_cache.clear()
         index.profile_cache[key] = profile
     duration = w.estimated_duration_s or index.classes[w.klass].default_duration_s
-    return Resolved(w, duration, *profile)
+    resolved = Resolved(w, duration, *profile)
+    if index.level_thresholds_gpu_s:
+        resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
+        resolved.preemption_key = (*profile.preemption_key, resolved.level)
+    return resolved
 
 
 def _profile(w: Workload, index: PolicyIndex) -> _Profile:

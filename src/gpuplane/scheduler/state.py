@@ -10,7 +10,7 @@ from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.model.placement import Placement, PodPlacement
 from gpuplane.model.workload import RunningWorkload, Workload
 from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
-from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo
+from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_level
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
@@ -34,6 +34,14 @@ class RunEntry:
     checkpoint_interval: float | None = None
     admitted_now: bool = False
     evicted: bool = False
+    attained_gpu_s: float = 0.0
+    """GPU-seconds received before this run started."""
+
+    def level(self, now: float, thresholds_gpu_s: tuple[float, ...]) -> int:
+        """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far."""
+        if not thresholds_gpu_s:
+            return 0
+        return service_level(thresholds_gpu_s, self.attained_gpu_s + self.gpus * max(0.0, now - self.start))
 
     def lost_work_s(self, now: float) -> float:
         """Progress lost if stopped now: time since the last checkpoint, or since start.
@@ -143,18 +151,13 @@ class CycleState:
         self.cap.commit()
         self._victims = None
 
-    def set_tier(self, workload_id: str, tier: TierInfo) -> None:
-        """A running workload's priority tier changed (e.g. demoted by attained service)."""
-        entry = self.running[workload_id]
-        entry.tier = tier
-        entry.preemptible = entry.preemptible and tier.preemptible
-        self._victims = None
-
     @property
     def victims(self) -> VictimIndex:
         """Preemptible running work in victim order, built when a cycle first needs it."""
         if self._victims is None:
-            self._victims = VictimIndex((e for e in self.running.values() if not e.admitted_now), self.now)
+            self._victims = VictimIndex(
+                (e for e in self.running.values() if not e.admitted_now), self.now, self.index.level_thresholds_gpu_s
+            )
         return self._victims
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
@@ -204,6 +207,7 @@ class CycleState:
             end_estimate=run.start_time + duration,
             last_checkpoint=run.last_checkpoint_time,
             checkpoint_interval=run.workload.checkpoint_interval_s,
+            attained_gpu_s=run.workload.attained_gpu_s,
         )
 
     def evict(self, entry: RunEntry) -> None:
@@ -257,40 +261,53 @@ class CycleState:
         )
 
 
-def victim_rank(entry: RunEntry, now: float) -> tuple[int, float, float, str]:
-    """Victim order: lowest tier first, then least work lost, then most recently started."""
+def victim_rank(entry: RunEntry, now: float, level: int = 0) -> tuple[int, int, float, float, str]:
+    """Victim order: lowest tier first, then most service received, then least work lost, then latest start."""
     tier = entry.tier.value if entry.tier is not None else 0
-    return (tier, entry.lost_work_s(now), -entry.start, entry.id)
+    return (tier, -level, entry.lost_work_s(now), -entry.start, entry.id)
+
+
+Standing = tuple[TierInfo, int]
+"""What decides whether running work may be a victim: its tier and its attained-service level."""
 
 
 class VictimIndex:
-    """The snapshot's preemptible running work per (queue, flavor), in victim order, with GPU totals per tier.
+    """The snapshot's preemptible running work per (queue, flavor), in victim order, with GPU totals by standing.
 
     Work admitted during the cycle is never a victim, so the index only shrinks as entries are evicted.
+    Levels are taken at the cycle's ``now`` (0 for every entry when the policy declares none).
     """
 
-    def __init__(self, entries: Iterable[RunEntry], now: float) -> None:
-        self.ranked: dict[tuple[str, str], list[tuple[tuple[int, float, float, str], RunEntry]]] = {}
-        self.milli: dict[tuple[str, str], dict[TierInfo, int]] = {}
+    def __init__(self, entries: Iterable[RunEntry], now: float, thresholds_gpu_s: tuple[float, ...] = ()) -> None:
+        self.ranked: dict[tuple[str, str], list[tuple[tuple[int, int, float, float, str], RunEntry]]] = {}
+        self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
+        self.levels: dict[str, int] = {}
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
+            level = e.level(now, thresholds_gpu_s)
+            self.levels[e.id] = level
             key = (e.queue.name, e.flavor)
-            self.ranked.setdefault(key, []).append((victim_rank(e, now), e))
-            by_tier = self.milli.setdefault(key, {})
-            by_tier[e.tier] = by_tier.get(e.tier, 0) + e.milli
+            self.ranked.setdefault(key, []).append((victim_rank(e, now, level), e))
+            by_standing = self.milli.setdefault(key, {})
+            by_standing[(e.tier, level)] = by_standing.get((e.tier, level), 0) + e.milli
         for ranked in self.ranked.values():
             ranked.sort(key=lambda pair: pair[0])
+
+    def level(self, entry: RunEntry) -> int:
+        """The attained-service level of an indexed entry at the cycle's time."""
+        return self.levels.get(entry.id, 0)
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
         if entry.queue is None or entry.tier is None or not entry.preemptible:
             return
-        by_tier = self.milli.get((entry.queue.name, entry.flavor))
-        if by_tier is not None and entry.tier in by_tier:
-            by_tier[entry.tier] -= entry.milli
+        by_standing = self.milli.get((entry.queue.name, entry.flavor))
+        standing = (entry.tier, self.level(entry))
+        if by_standing is not None and standing in by_standing:
+            by_standing[standing] -= entry.milli
 
-    def milli_where(self, queue: str, flavor: str, accept: Callable[[TierInfo], bool]) -> int:
-        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` in accepted tiers."""
-        by_tier = self.milli.get((queue, flavor), {})
-        return sum(m for tier, m in by_tier.items() if accept(tier))
+    def milli_where(self, queue: str, flavor: str, accept: Callable[[TierInfo, int], bool]) -> int:
+        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` whose standing is accepted."""
+        by_standing = self.milli.get((queue, flavor), {})
+        return sum(m for (tier, level), m in by_standing.items() if accept(tier, level))

@@ -1,7 +1,7 @@
 """Discrete-event simulation of a GPU cluster driven by a trace, deciding with the scheduler core.
 
 Virtual time only. Events: a job is submitted, a job finishes, a running job's attained service
-crosses a tier threshold (for least-attained-service policies), and a scheduling cycle. Cycles run
+crosses a level threshold (for policies with service levels), and a scheduling cycle. Cycles run
 when something changed and work is pending, at most once per ``cycle_s`` of virtual time, on one
 long-lived scheduler state (``run_cycle``), which decides exactly as a fresh snapshot would.
 
@@ -158,6 +158,7 @@ class Simulation:
         }
         self.gpus_per_node = min(p.gpus_per_node for p in self.policy.pools)
         self.state = CycleState(self.index, nodes, 0.0)
+        self.levels = self.index.level_thresholds_gpu_s
         self.events: list[tuple[float, int, int, int, str]] = []
         self.seq = 0
         self.records: dict[str, JobRecord] = {}
@@ -239,6 +240,7 @@ class Simulation:
     # -- job life ----------------------------------------------------------------------------------
     def _workload(self, record: JobRecord, tier: str | None) -> Workload:
         job = record.job
+        attained = record.attained if self.levels else 0.0
         return Workload(
             id=job.id,
             queue=self.variant.queue_of(job.team),
@@ -248,16 +250,16 @@ class Simulation:
             priority=tier,
             estimated_duration_s=self.estimator.estimate(job) if self.estimator else None,
             checkpoint_interval_s=record.checkpoint_s,
+            attained_gpu_s=attained,
         )
 
-    def _view(self, record: JobRecord, now: float) -> JobView:
-        attained = record.attained_gpu_s(now) + _EPSILON_GPU_S
-        return JobView(record.job.priority, record.job.duration_s, record.job.gpus, attained)
+    def _view(self, record: JobRecord) -> JobView:
+        return JobView(record.job.priority, record.job.duration_s, record.job.gpus)
 
     def _submit(self, job: TraceJob, now: float) -> None:
         checkpoint = job.checkpoint_interval_s or self.checkpoint_interval_s
         record = JobRecord(job, None, job.duration_s, checkpoint)  # type: ignore[arg-type]
-        record.tier = self.variant.tier_of(self._view(record, now))
+        record.tier = self.variant.tier_of(self._view(record))
         record.workload = self._workload(record, record.tier)
         self.records[job.id] = record
         self.pending[job.id] = record
@@ -312,31 +314,23 @@ class Simulation:
         record.remaining_s = max(0.0, record.remaining_s - kept * record.speed)
         record.preemptions += 1
         self.pending[record.job.id] = record
-        if self.variant.retier_running:
-            self._set_pending_tier(record, now)
+        if self.levels:
+            record.workload = self._workload(record, record.tier)
 
     def _push_retier(self, record: JobRecord, now: float) -> None:
-        if not self.variant.retier_running or record.gpus <= 0:
+        """With service levels: a cycle when the running job's service crosses its next level threshold."""
+        if not self.levels or record.gpus <= 0:
             return
         attained = record.attained_gpu_s(now)
-        upcoming = [t for t in self.variant.thresholds_gpu_s if t > attained + _EPSILON_GPU_S]
+        upcoming = [t for t in self.levels if t > attained + _EPSILON_GPU_S]
         if upcoming:  # at least _EPSILON_GPU_S / gpus ahead, so virtual time always advances
-            self._push(now + (upcoming[0] - attained) / record.gpus, Event.RETIER, record.job.id, record.version)
+            at = now + (upcoming[0] - attained) / record.gpus + _EPSILON_GPU_S
+            self._push(at, Event.RETIER, record.job.id, record.version)
 
     def _retier(self, record: JobRecord, now: float) -> None:
-        tier = self.variant.tier_of(self._view(record, now))
-        if tier is not None and tier != record.tier:
-            record.tier = tier
-            record.workload = self._workload(record, tier)
-            self.state.set_tier(record.job.id, self.index.tiers[tier])
-            self._queue_cycle(now)
+        """The job moved to a higher level: work below it may now preempt it, so the scheduler looks again."""
+        self._queue_cycle(now)
         self._push_retier(record, now)
-
-    def _set_pending_tier(self, record: JobRecord, now: float) -> None:
-        tier = self.variant.tier_of(self._view(record, now))
-        if tier != record.tier:
-            record.tier = tier
-            record.workload = self._workload(record, tier)
 
     # -- cycles ------------------------------------------------------------------------------------
     def _cycle(self, now: float) -> None:

@@ -8,8 +8,9 @@ decision code and differs only in what the policy says.
 - ``fifo``: one queue, no quotas, strict first-come-first-served, no backfill, no preemption.
 - ``fifo-quota``: the policy's per-team quotas and cohorts, strict FIFO across teams, no preemption.
 - ``priority``: one queue, no quotas, strict priority by the job's tier, preemption of lower tiers.
-- ``tiresias``: discretized two-dimensional least-attained-service (Tiresias, NSDI'19): tiers by GPU
-  time received so far, preemptive, skip-ahead placement, one queue.
+- ``tiresias``: discretized two-dimensional least-attained-service (Tiresias, NSDI'19): one queue, no
+  quotas, the core's attained-service levels (GPU time received so far) with preemption of higher
+  levels, skip-ahead (greedy) placement.
 - ``sjf``: shortest job first by the true GPU time (an oracle no real scheduler has), preemptive: a
   job in a shorter class preempts longer ones. A reference for how far knowing durations could go.
 """
@@ -25,19 +26,18 @@ import yaml
 
 from gpuplane.policy import PolicySpec, parse_policy
 
-LAS_THRESHOLDS_GPU_S = (3600.0, 36_000.0, 360_000.0)
+LAS_THRESHOLDS_GPU_HOURS = (1.0, 10.0, 100.0)
 SJF_TIERS = 16
 ALL_QUEUE = "all"
 
 
 @dataclass(frozen=True, slots=True)
 class JobView:
-    """What a tier rule may look at: the job's own tier, true duration, size and service received."""
+    """What a tier rule may look at: the job's own tier, true duration and size."""
 
     priority: str | None
     duration_s: float
     gpus: float
-    attained_gpu_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +48,6 @@ class Variant:
     policy: PolicySpec
     single_queue: bool
     tier_of: Callable[[JobView], str | None]
-    retier_running: bool = False
-    thresholds_gpu_s: tuple[float, ...] = ()
 
     def queue_of(self, team: str) -> str:
         """The queue a team's jobs go to under this variant."""
@@ -109,16 +107,6 @@ def _preemptive_ladder(doc: dict[str, Any], prefix: str, count: int) -> None:
     _scheduling(doc, fair=False, backfill="greedy", preempt=True)
 
 
-def las_tier(thresholds: tuple[float, ...]) -> Callable[[JobView], str]:
-    """Tier by attained GPU-seconds: below the first threshold is las-0 (highest), and so on."""
-
-    def tier(job: JobView) -> str:
-        level = sum(1 for t in thresholds if job.attained_gpu_s >= t)
-        return f"las-{level}"
-
-    return tier
-
-
 def sjf_tier(job: JobView) -> str:
     """Tier by the true GPU-seconds of the job on a log2 scale: shorter is higher."""
     level = min(SJF_TIERS - 1, max(0, int(math.log2(max(1.0, job.duration_s * job.gpus / 60)))))
@@ -155,15 +143,11 @@ def make_variant(name: str, base: PolicySpec) -> Variant:
         return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_own_tier)
     if name == "tiresias":
         _single_queue(doc)
-        _preemptive_ladder(doc, "las", len(LAS_THRESHOLDS_GPU_S) + 1)
-        return Variant(
-            name,
-            _rebuild(doc, name),
-            single_queue=True,
-            tier_of=las_tier(LAS_THRESHOLDS_GPU_S),
-            retier_running=True,
-            thresholds_gpu_s=LAS_THRESHOLDS_GPU_S,
-        )
+        _tiers(doc, [{"name": "las", "value": 0}])
+        _preemptible_classes(doc)
+        _scheduling(doc, fair=False, backfill="greedy", preempt=True)
+        doc["scheduling"]["service_levels"] = {"thresholds_gpu_hours": list(LAS_THRESHOLDS_GPU_HOURS)}
+        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_one_tier)
     if name == "sjf":
         _single_queue(doc)
         _preemptive_ladder(doc, "sjf", SJF_TIERS)

@@ -1,0 +1,116 @@
+"""Attained-service levels: less-served work goes first and may preempt more-served work of its own queue."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpuplane.policy import PolicyError
+from tests.unit.fixtures import cycle, job, kinds, nodes, policy
+from tests.unit.test_preemption import running
+
+LEVELS = {"scheduling": {"service_levels": {"thresholds_gpu_hours": [1, 10]}}}
+
+
+def served(w, gpu_hours):
+    """``w`` after earlier runs that gave it ``gpu_hours`` of service."""
+    return dataclasses.replace(w, attained_gpu_s=gpu_hours * 3600)
+
+
+def test_less_served_work_goes_first_within_a_tier():
+    p = policy(**LEVELS)
+    node_list = nodes(p, train=1)
+    old = served(job("old", klass="batch", t=0), 2)  # level 1: preempted after 2 GPU-hours
+    new = job("new", klass="batch", t=50)  # level 0
+    res = cycle(p, node_list, [old, new], now=100)
+    assert kinds(res) == {"new": "admit", "old": "wait"}
+
+
+def test_without_levels_submission_order_decides():
+    p = policy()
+    node_list = nodes(p, train=1)
+    res = cycle(p, node_list, [served(job("old", klass="batch", t=0), 2), job("new", klass="batch", t=50)], now=100)
+    assert kinds(res) == {"old": "admit", "new": "wait"}
+
+
+def test_tier_still_comes_before_level():
+    p = policy(**LEVELS)
+    node_list = nodes(p, train=1)
+    normal = served(job("normal", klass="batch", priority="normal", t=0), 50)
+    low = job("low", klass="batch", t=0)
+    res = cycle(p, node_list, [low, normal], now=100)
+    assert kinds(res) == {"normal": "admit", "low": "wait"}
+
+
+def test_running_work_past_a_threshold_is_preempted_for_less_served_work():
+    p = policy(**LEVELS)
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("long", klass="batch"), 0, None)])
+    # 8 GPUs for 900 s = 2 GPU-hours: level 1 by now
+    res = cycle(p, node_list, [job("short", klass="batch", t=800)], run, now=900)
+    assert kinds(res) == {"long": "preempt", "short": "admit"}
+    (pre,) = res.preempted
+    assert pre.reason.code.value == "preempted_for_less_served"
+    assert pre.reason.details["level"] == 1 and pre.reason.details["preemptor_level"] == 0
+    assert "service level 1 > 0" in pre.reason.message
+
+
+def test_earlier_service_counts_towards_the_running_level():
+    p = policy(**LEVELS)
+    node_list = nodes(p, train=1)
+    resumed = served(job("resumed", klass="batch"), 0.9)  # 0.9 GPU-hours before, 8 GPUs for 60 s more
+    run = running(p, node_list, [(resumed, 0, None)])
+    assert kinds(cycle(p, node_list, [job("fresh", klass="batch", t=30)], run, now=60)) == {
+        "resumed": "preempt",
+        "fresh": "admit",
+    }
+    still_level_0 = running(p, node_list, [(job("young", klass="batch"), 0, None)])
+    assert kinds(cycle(p, node_list, [job("fresh", klass="batch", t=30)], still_level_0, now=60)) == {"fresh": "wait"}
+
+
+def test_equal_levels_never_preempt_each_other():
+    p = policy(**LEVELS)
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("long", klass="batch"), 0, None)])
+    res = cycle(p, node_list, [served(job("also-served", klass="batch", t=800), 5)], run, now=900)
+    assert not res.preempted
+
+
+def test_level_preemption_can_be_switched_off():
+    p = policy(scheduling={"service_levels": {"thresholds_gpu_hours": [1, 10], "preempt_within_queue": False}})
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("long", klass="batch"), 0, None)])
+    res = cycle(p, node_list, [job("short", klass="batch", t=800)], run, now=900)
+    assert not res.preempted
+
+
+def test_other_queues_are_not_preempted_for_their_level():
+    p = policy(**LEVELS)
+    node_list = nodes(p, train=4)
+    # b runs 32 GPUs = its nominal, not borrowing: its long-served jobs are safe from a's fresh job
+    run = running(p, node_list, [(job(f"b{i}", queue="b", klass="batch", t=i), i, None) for i in range(4)])
+    res = cycle(p, node_list, [job("a-fresh", klass="batch", t=5000)], run, now=9000)
+    assert not res.preempted and kinds(res)["a-fresh"] == "wait"
+
+
+def test_non_preemptible_work_is_never_a_level_victim():
+    p = policy(**LEVELS)
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("train", priority="normal"), 0, None)])  # training: not preemptible
+    res = cycle(p, node_list, [job("fresh", priority="normal", t=800)], run, now=900)
+    assert not res.preempted
+
+
+def test_negative_attained_service_is_an_invalid_workload():
+    p = policy(**LEVELS)
+    res = cycle(p, nodes(p, train=1), [served(job("bad", klass="batch"), -1)], now=0)
+    (d,) = res.decisions
+    assert d.reason.code.value == "invalid_workload" and "attained_gpu_s" in d.reason.message
+
+
+@pytest.mark.parametrize("thresholds", [[10, 1], [1, 1], [0, 5]])
+def test_thresholds_must_be_positive_and_increasing(thresholds):
+    with pytest.raises(PolicyError) as err:
+        policy(scheduling={"service_levels": {"thresholds_gpu_hours": thresholds}})
+    assert "scheduling.service_levels.thresholds_gpu_hours" in str(err.value)
