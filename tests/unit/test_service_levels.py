@@ -114,3 +114,38 @@ def test_thresholds_must_be_positive_and_increasing(thresholds):
     with pytest.raises(PolicyError) as err:
         policy(scheduling={"service_levels": {"thresholds_gpu_hours": thresholds}})
     assert "scheduling.service_levels.thresholds_gpu_hours" in str(err.value)
+
+
+GUARD = {"scheduling": {"service_levels": {"thresholds_gpu_hours": [1, 10]}, "starvation_guard_hours": 1}}
+
+
+def test_starvation_guard_puts_long_waiting_work_first():
+    p = policy(**GUARD)
+    node_list = nodes(p, train=1)
+    old = served(job("old", klass="batch", t=0), 2)  # ran 900 s on 8 GPUs: promoted at 900 + 3,600 s
+    pending = [old, job("new", klass="batch", t=50)]
+    assert kinds(cycle(p, node_list, pending, now=4000)) == {"new": "admit", "old": "wait"}
+    assert kinds(cycle(p, node_list, pending, now=4600)) == {"old": "admit", "new": "wait"}
+
+
+def test_promoted_work_beats_a_higher_fair_share_of_another_queue():
+    p = policy(**GUARD)
+    node_list = nodes(p, train=2)
+    # a holds 8 GPUs (training: not preemptible, so a's own queue cannot make room), b none
+    run = running(p, node_list, [(job("a-running", priority="low"), 0, None)])
+    pending = [job("a-old", klass="batch", t=0), job("b-new", queue="b", klass="batch", t=3000)]
+    assert kinds(cycle(p, node_list, pending, run, now=3500))["b-new"] == "admit"
+    assert kinds(cycle(p, node_list, pending, run, now=3700))["a-old"] == "admit"
+
+
+def test_work_started_after_promotion_is_not_preempted_for_less_served_work():
+    p = policy(**GUARD)
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("starved", klass="batch", t=0), 4000, None)])  # promoted at 3,600 s
+    res = cycle(p, node_list, [job("fresh", klass="batch", t=7000)], run, now=8000)  # 9.8 GPU-h: level 1
+    assert not res.preempted
+    unguarded = policy(**LEVELS)
+    run = running(unguarded, node_list, [(job("starved", klass="batch", t=0), 4000, None)])
+    assert kinds(cycle(unguarded, node_list, [job("fresh", klass="batch", t=7000)], run, now=8000))["starved"] == (
+        "preempt"
+    )

@@ -163,6 +163,7 @@ class ServiceLevelsSpec(_Spec):
 class SchedulingSpec(_Spec):
     fair_sharing: bool = True
     service_levels: ServiceLevelsSpec | None = None
+    starvation_guard_hours: float | None = Field(None, gt=0)
     backfill: BackfillSpec = Field(default_factory=BackfillSpec)
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
 

@@ -2,9 +2,10 @@
 
 1. Index free capacity and quota usage from the snapshot's nodes and running work.
 2. Resolve every pending workload (class defaults, tier, eligible flavors and pools).
-3. Order queue heads: priority tier, then attained-service level (when the policy declares levels: work
-   that has had less GPU time first), then weighted dominant share of the queue (fair sharing), then
-   submission time. After each admission the queue's share is updated before its next head competes.
+3. Order queue heads: priority tier, then work promoted by the starvation guard (oldest first), then
+   attained-service level (when the policy declares levels: work that has had less GPU time first), then
+   weighted dominant share of the queue (fair sharing), then submission time. After each admission the
+   queue's share is updated before its next head competes.
 4. For each head: quota of each eligible flavor (nominal, then cohort borrowing), then gang placement
    on the flavor's pools, keeping off GPUs reserved for an earlier blocked gang unless it ends first.
 5. No fit: preempt where the policy allows (same-queue lower tier or higher level; reclaim borrowed quota).
@@ -54,8 +55,8 @@ def behind_head(head: str, position: int) -> Reason:
     return make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
 
 
-HeapKey = tuple[int, int, float, float, str, str, int]
-"""A queue head in the cycle's heap: tier, service level, share, submission, id, queue name, position."""
+HeapKey = tuple[int, int, int, float, float, str, str, int]
+"""A queue head in the cycle's heap: tier, not promoted, level, share, submission, id, queue name, position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,8 @@ class _Cycle:
             except InvalidWorkload as exc:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
                 continue
+            if not r.promoted and r.promote_at <= self.st.now:
+                r.promote()
             queues.setdefault(r.queue.name, []).append(r)
         heap: list[HeapKey] = []
         for name, items in queues.items():
@@ -177,7 +180,7 @@ class _Cycle:
         heapq.heapify(heap)
         while heap:
             top = heap[0]
-            name, pos = top[5], top[6]
+            name, pos = top[6], top[7]
             items = queues[name]
             head = items[pos]
             items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
@@ -197,9 +200,12 @@ class _Cycle:
         return CycleResult(self.st.now, tuple(self.decisions), views, tuple(self.tail))
 
     def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
-        """Heap order of a queue head: tier, attained-service level, the queue's weighted dominant share, submission."""
+        """Heap order of a queue head: tier, promoted first, attained-service level, the queue's weighted dominant
+        share, submission. Promoted work is ordered by submission alone."""
         assert r is not None
         share = 0.0
+        if r.promoted:
+            return (-r.priority, 0, 0, share, r.workload.submit_time, r.workload.id, name, pos)
         if self.fair:
             version = self.st.ledger.queue_version[name]
             cached = self.shares.get(name)
@@ -207,7 +213,7 @@ class _Cycle:
                 cached = (version, self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity))
                 self.shares[name] = cached
             share = cached[1]
-        return (-r.priority, r.level, share, r.workload.submit_time, r.workload.id, name, pos)
+        return (-r.priority, 1, r.level, share, r.workload.submit_time, r.workload.id, name, pos)
 
     # -- 4-6: one head ----------------------------------------------------------------------------------
     def _decide(self, r: Resolved, position: int) -> None:
@@ -287,6 +293,7 @@ class _Cycle:
                 checkpoint_interval=r.workload.checkpoint_interval_s,
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
+                promoted=r.promoted,
             )
         )
         details: dict[str, Any] = {
@@ -413,10 +420,10 @@ class _Cycle:
         self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
 
 
-def _queue_order(r: Resolved | None) -> tuple[int, int, float, str]:
-    """Order within a queue: higher tier first, then lower attained-service level, then submission time, then id."""
+def _queue_order(r: Resolved | None) -> tuple[int, bool, int, float, str]:
+    """Order within a queue: higher tier, promoted, lower attained-service level, submission time, id."""
     assert r is not None
-    return (-r.priority, r.level, r.workload.submit_time, r.workload.id)
+    return (-r.priority, not r.promoted, r.level, r.workload.submit_time, r.workload.id)
 
 
 _QUOTA_PREEMPTABLE = frozenset(

@@ -175,4 +175,6 @@ class PolicyIndex:
             tuple(h * 3600.0 for h in levels.thresholds_gpu_hours) if levels is not None else ()
         )
         self.level_preemption = levels is not None and levels.preempt_within_queue
+        guard = policy.scheduling.starvation_guard_hours
+        self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
         self.profile_cache: dict[tuple[object, ...], Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -63,6 +64,16 @@ class Resolved:
     preemption_key: tuple[object, ...] = ()
     level: int = 0
     """Attained-service level (0 when the policy declares none): lower levels go first within a tier."""
+    promote_at: float = math.inf
+    """When the starvation guard promotes it: submission + time already run + the guard."""
+    promoted: bool = False
+
+    def promote(self) -> None:
+        """The starvation guard fired: first in its tier from now on, and level 0 for ordering and preemption."""
+        self.promoted = True
+        if self.level:
+            self.level = 0
+            self.preemption_key = (*self.preemption_key[:-1], 0)
 
     @property
     def id(self) -> str:
@@ -136,6 +147,9 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
     if index.level_thresholds_gpu_s:
         resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
+    if index.starvation_guard_s is not None:
+        gpus = max(1.0, profile.required * profile.gpus_per_pod)
+        resolved.promote_at = w.submit_time + w.attained_gpu_s / gpus + index.starvation_guard_s
     return resolved
 
 

@@ -36,10 +36,12 @@ class RunEntry:
     evicted: bool = False
     attained_gpu_s: float = 0.0
     """GPU-seconds received before this run started."""
+    promoted: bool = False
+    """Started after the starvation guard promoted it: level 0 for its whole run."""
 
     def level(self, now: float, thresholds_gpu_s: tuple[float, ...]) -> int:
         """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far."""
-        if not thresholds_gpu_s:
+        if not thresholds_gpu_s or self.promoted:
             return 0
         return service_level(thresholds_gpu_s, self.attained_gpu_s + self.gpus * max(0.0, now - self.start))
 
@@ -189,8 +191,9 @@ class CycleState:
             resolved = resolve(run.workload, self.index)
             queue, tier, preemptible = resolved.queue, resolved.tier, resolved.preemptible
             duration = resolved.duration_s
+            promoted = run.start_time >= resolved.promote_at
         except InvalidWorkload:
-            queue, tier, preemptible = None, None, False
+            queue, tier, preemptible, promoted = None, None, False, False
             duration = self.index.policy.workload_classes.get(run.workload.klass.value).default_duration_s
         if queue is not None:
             self.ledger.charge(queue, placement.flavor, milli)
@@ -208,6 +211,7 @@ class CycleState:
             last_checkpoint=run.last_checkpoint_time,
             checkpoint_interval=run.workload.checkpoint_interval_s,
             attained_gpu_s=run.workload.attained_gpu_s,
+            promoted=promoted,
         )
 
     def evict(self, entry: RunEntry) -> None:
