@@ -132,6 +132,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         cycle_s=args.cycle_s,
         checkpoint_interval_s=args.checkpoint_interval_s or None,
         estimates=args.estimates,
+        seed=args.seed,
     )
     report = trace.report
     console.print(
@@ -225,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run-time estimates for backfill (default: median of the team's completed jobs)",
     )
     sim.add_argument("--limit", type=int, help="only the first N jobs of the trace")
+    sim.add_argument("--seed", type=int, default=0, help="seed of the random processes (spot interruptions); default 0")
     sim.add_argument("--json", help="write every figure to this JSON file")
     sim.add_argument("--html", help="write a report with plots to this HTML file")
     sim.set_defaults(func=cmd_simulate)

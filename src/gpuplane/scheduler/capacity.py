@@ -99,6 +99,21 @@ class CapacityIndex:
                 pool.buckets[node.gpus].append(idx)
                 pool.domain_buckets[node.domain][node.gpus].append(idx)
 
+    def set_usable(self, idx: int, usable: bool) -> None:
+        """Node ``idx`` goes away (interrupted, drained) or comes back (booted). A node going away must be empty."""
+        if usable == self.schedulable[idx]:
+            return
+        pool = self.pools[self.node_pool[idx]]
+        free = len(self.free[idx])
+        if not usable and (free != pool.gpus_per_node or self.mig[idx]):
+            raise SnapshotError(f"node {self.names[idx]} still holds work; release it before the node goes")
+        self.schedulable[idx] = usable
+        for buckets in (pool.buckets, pool.domain_buckets[self.node_domain[idx]]):
+            if usable:
+                insort(buckets[free], idx)
+            else:
+                del buckets[free][bisect_left(buckets[free], idx)]
+
     # -- bucket maintenance -------------------------------------------------------------------------
     def _set_free(self, idx: int, new_free: list[int]) -> None:
         old = len(self.free[idx])

@@ -122,6 +122,25 @@ class CycleState:
         if len(self._resolved) > 2 * keep + 1024:
             self._resolved.clear()
 
+    def node_down(self, name: str) -> list[str]:
+        """Node ``name`` is gone (spot interruption, failure): release and return the work that ran on it.
+
+        The runtime tells the workloads they stopped (they lose work since their last checkpoint); a node
+        that is down takes nothing until ``node_up``, exactly like a snapshot node with ``ready=False``.
+        """
+        idx = self.cap.by_name[name]
+        hit = [e.id for e in self.running.values() if any(slot[0] == idx for slot in e.slots)]
+        for wid in hit:
+            self.finish(wid)
+        self.cap.set_usable(idx, False)
+        self._victims = None
+        return hit
+
+    def node_up(self, name: str) -> None:
+        """Node ``name`` is ready again (a replacement booted): its GPUs are free for the next cycle."""
+        self.cap.set_usable(self.cap.by_name[name], True)
+        self._victims = None
+
     def load(self, running: Iterable[RunningWorkload]) -> None:
         """Add running work (a snapshot's, or work restored by a runtime); SnapshotError if it contradicts."""
         for run in running:

@@ -1,7 +1,10 @@
 """Discrete-event simulation of a GPU cluster driven by a trace, deciding with the scheduler core.
 
 Virtual time only. Events: a job is submitted, a job finishes, a running job's attained service
-crosses a level threshold (for policies with service levels), and a scheduling cycle. Cycles run
+crosses a level threshold (for policies with service levels), a spot node is interrupted (a Poisson
+process per node at its pool's ``spot_interruption_rate_per_hour``, from a stream seeded by the run's
+seed and the node's name), its replacement finishes booting (the pool's ``startup_seconds``), and a
+scheduling cycle. Cycles run
 when something changed and work is pending, at most once per ``cycle_s`` of virtual time, on one
 long-lived scheduler state (``run_cycle``), which decides exactly as a fresh snapshot would.
 
@@ -13,6 +16,7 @@ of its run) and loses the rest, which is counted as lost GPU-seconds.
 from __future__ import annotations
 
 import heapq
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -60,9 +64,14 @@ class Event(IntEnum):
     """Event kinds, in the order they are handled at the same instant."""
 
     FINISH = 0
-    SUBMIT = 1
-    RETIER = 2
-    CYCLE = 3
+    NODE_DOWN = 1
+    NODE_UP = 2
+    SUBMIT = 3
+    RETIER = 4
+    CYCLE = 5
+
+
+_NODE_EVENTS = frozenset({Event.NODE_DOWN, Event.NODE_UP})
 
 
 @dataclass(slots=True)
@@ -82,6 +91,7 @@ class JobRecord:
     run_s: float = 0.0
     lost_s: float = 0.0
     preemptions: int = 0
+    interruptions: int = 0
     version: int = 0
     tier: str | None = None
     attained: float = 0.0
@@ -116,6 +126,12 @@ class SimResult:
     end_time: float
     gpu_price_per_hour: dict[str, float] = field(default_factory=dict)
     pool_gpu_s: dict[str, float] = field(default_factory=dict)
+    interruptions: int = 0
+    """Spot nodes lost (each replaced after its pool's startup_seconds)."""
+    interrupted_lost_gpu_s: float = 0.0
+    """GPU-seconds of work lost by jobs on interrupted nodes (part of every record's lost_s)."""
+    node_down_s: float = 0.0
+    """Node-seconds that nodes spent gone or booting a replacement."""
 
 
 def pods_for(job: TraceJob, gpus_per_node: int) -> PodSet:
@@ -141,6 +157,7 @@ class Simulation:
         estimator: Estimator | None = None,
         sample_every_s: float = 600.0,
         on_progress: Callable[[int], None] | None = None,
+        seed: int = 0,
     ) -> None:
         self.variant = variant
         self.policy: PolicySpec = variant.policy
@@ -174,11 +191,25 @@ class Simulation:
         self.cycles = 0
         self.decisions = 0
         self.done = 0
+        self.seed = seed
+        self.spot = {
+            node.name: (rate / 3600.0, pool.startup_seconds, random.Random(f"{seed}/{node.name}"))
+            for node in nodes
+            for pool in (self.policy.pool(node.pool),)
+            if pool.capacity_type == "spot" and (rate := pool.spot_interruption_rate_per_hour) > 0
+        }
+        self.down_since: dict[str, float] = {}
+        self.job_events = 0
+        self.interruptions = 0
+        self.interrupted_lost_gpu_s = 0.0
+        self.node_down_s = 0.0
 
     # -- events ------------------------------------------------------------------------------------
     def _push(self, t: float, kind: Event, job_id: str = "", version: int = 0) -> None:
         heapq.heappush(self.events, (t, int(kind), self.seq, version, job_id))
         self.seq += 1
+        if kind not in _NODE_EVENTS:
+            self.job_events += 1
 
     def _queue_cycle(self, now: float) -> None:
         if self.cycle_queued_at is not None or not self.pending:
@@ -191,12 +222,16 @@ class Simulation:
         """Replay the whole trace and return the result."""
         for job in self.trace.jobs:
             self._push(job.submit_s, Event.SUBMIT, job.id)
+        for name in self.spot:
+            self._push_interruption(name, 0.0)
         jobs = {j.id: j for j in self.trace.jobs}
         now = 0.0
         same_instant = 0
         limit = _STUCK_EVENTS + 4 * len(jobs)
-        while self.events:
+        while self.events and self.done < len(jobs):
             t, kind, _seq, version, job_id = heapq.heappop(self.events)
+            if kind not in _NODE_EVENTS:
+                self.job_events -= 1
             same_instant = same_instant + 1 if t == now else 0
             if same_instant > limit:
                 raise SimulationStuck(f"virtual time stopped at t={now:.6f}s ({same_instant} events without progress)")
@@ -208,6 +243,10 @@ class Simulation:
                 record = self.records[job_id]
                 if record.version == version and record.run_start is not None:
                     self._finish(record, now)
+            elif kind == Event.NODE_DOWN:
+                self._node_down(job_id, now)
+            elif kind == Event.NODE_UP:
+                self._node_up(job_id, now)
             elif kind == Event.RETIER:
                 record = self.records[job_id]
                 if record.version == version and record.run_start is not None:
@@ -227,6 +266,9 @@ class Simulation:
             end_time=now,
             gpu_price_per_hour={p.name: p.price_per_node_hour / p.gpus_per_node for p in self.policy.pools},
             pool_gpu_s=dict(self.pool_gpu_s),
+            interruptions=self.interruptions,
+            interrupted_lost_gpu_s=self.interrupted_lost_gpu_s,
+            node_down_s=self.node_down_s + sum(now - t for t in self.down_since.values()),
         )
 
     def _account(self, now: float) -> None:
@@ -304,6 +346,34 @@ class Simulation:
         self.done += 1
         if self.on_progress is not None:
             self.on_progress(1)
+        self._queue_cycle(now)
+
+    # -- spot interruptions ------------------------------------------------------------------------
+    def _push_interruption(self, name: str, now: float) -> None:
+        """The node's next interruption: a Poisson process at its pool's rate, from its own seeded stream."""
+        if not self.job_events and not self.state.running and not self.down_since:
+            return  # nothing left that an interruption could change: let the run end
+        rate, _, rng = self.spot[name]
+        self._push(now + rng.expovariate(rate), Event.NODE_DOWN, name)
+
+    def _node_down(self, name: str, now: float) -> None:
+        """A spot node is reclaimed: its jobs stop (losing work since their checkpoint) and a replacement boots."""
+        self.interruptions += 1
+        self.down_since[name] = now
+        for wid in self.state.node_down(name):
+            record = self.records[wid]
+            lost_before = record.lost_s
+            self._preempted(record, now)
+            record.interruptions += 1
+            self.interrupted_lost_gpu_s += (record.lost_s - lost_before) * record.gpus
+        self._push(now + self.spot[name][1], Event.NODE_UP, name)
+        self._queue_cycle(now)
+
+    def _node_up(self, name: str, now: float) -> None:
+        """The replacement node finished booting (the pool's startup_seconds) and takes work again."""
+        self.node_down_s += now - self.down_since.pop(name)
+        self.state.node_up(name)
+        self._push_interruption(name, now)
         self._queue_cycle(now)
 
     def _preempted(self, record: JobRecord, now: float) -> None:

@@ -29,6 +29,7 @@ class Options:
     cycle_s: float = 30.0
     checkpoint_interval_s: float | None = 1800.0
     estimates: str = "history"
+    seed: int = 0
 
 
 @dataclass(slots=True)
@@ -77,6 +78,7 @@ class Comparison:
                 "checkpoint_interval_s": self.options.checkpoint_interval_s,
                 "estimates": self.options.estimates,
                 "auto_teams": self.options.auto_teams,
+                "seed": self.options.seed,
             },
             "policies": policies,
         }
@@ -116,6 +118,7 @@ def compare(
             checkpoint_interval_s=options.checkpoint_interval_s,
             estimator=_estimator(options.estimates),
             on_progress=on_progress,
+            seed=options.seed,
         )
         started = time.perf_counter()
         result = simulation.run()
