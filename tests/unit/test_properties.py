@@ -221,6 +221,19 @@ def test_invariants_hold_over_many_cycles(data):
         running = [r for r in running if r.workload.id not in finished]
         for wid in finished:
             kept.finish(wid)
+        # now and then a node goes away (its work requeued) or a lost node comes back
+        if data.draw(st.integers(0, 3)) == 0:
+            i = data.draw(st.integers(0, len(node_list) - 1))
+            node = node_list[i]
+            if node.ready:
+                on_node = sorted(r.workload.id for r in running if any(p.node == node.name for p in r.placement.pods))
+                assert sorted(kept.node_down(node.name)) == on_node
+                pending += [r.workload for r in running if r.workload.id in on_node]
+                running = [r for r in running if r.workload.id not in on_node]
+                node_list[i] = replace(node, ready=False)
+            else:
+                kept.node_up(node.name)
+                node_list[i] = replace(node, ready=True)
         assert sorted(kept.running) == sorted(r.workload.id for r in running)
         now += data.draw(st.integers(1, 3600))
 
