@@ -149,3 +149,16 @@ def test_work_started_after_promotion_is_not_preempted_for_less_served_work():
     assert kinds(cycle(unguarded, node_list, [job("fresh", klass="batch", t=7000)], run, now=8000))["starved"] == (
         "preempt"
     )
+
+
+def test_work_started_after_promotion_is_not_reclaimed_at_its_own_tier():
+    p = policy(**GUARD)
+    node_list = nodes(p, train=8)
+    # b runs 48 GPUs on a nominal of 32 (borrowing 16): four low-tier jobs started after being promoted
+    # (the cheapest victims by tier), two normal-tier jobs that were not
+    promoted = [(job(f"b{i}", queue="b", klass="batch", t=0), 4000, None) for i in range(4)]
+    others = [(job(f"n{i}", queue="b", klass="batch", priority="normal", t=0), 0, None) for i in range(2)]
+    run = running(p, node_list, others + promoted)
+    fresh = [job(f"a{i}", klass="batch", t=5000) for i in range(4)]  # a asks its nominal 32; 16 are free
+    res = cycle(p, node_list, fresh, run, now=6000)
+    assert {d.workload_id for d in res.preempted} == {"n0", "n1"}

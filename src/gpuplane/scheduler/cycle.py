@@ -423,7 +423,7 @@ class _Cycle:
 def _queue_order(r: Resolved | None) -> tuple[int, bool, int, float, str]:
     """Order within a queue: higher tier, promoted, lower attained-service level, submission time, id."""
     assert r is not None
-    return (-r.priority, not r.promoted, r.level, r.workload.submit_time, r.workload.id)
+    return (-r.priority, not r.promoted, 0 if r.promoted else r.level, r.workload.submit_time, r.workload.id)
 
 
 _QUOTA_PREEMPTABLE = frozenset(

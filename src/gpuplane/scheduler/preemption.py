@@ -10,6 +10,8 @@ Allowed victims (and nothing else):
    received more GPU time than the preemptor; Tiresias' least-attained-service rule, kept within a queue);
 2. preemptible work of another queue of the same cohort that is borrowing the flavor, when the preemptor
    stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters).
+Work that started after the starvation guard promoted it is spared both the level rule and reclaim at
+its own tier or above: only a higher tier may stop it.
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
 """
 
@@ -21,9 +23,9 @@ from dataclasses import dataclass
 
 from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.scheduler.admission import Admitter, Fit
-from gpuplane.scheduler.index import QueueInfo, TierInfo
+from gpuplane.scheduler.index import QueueInfo
 from gpuplane.scheduler.resolve import FlavorOption, Resolved
-from gpuplane.scheduler.state import CycleState, RunEntry
+from gpuplane.scheduler.state import CycleState, RunEntry, Standing
 
 
 @dataclass(slots=True)
@@ -39,7 +41,7 @@ class _Source:
     """One queue whose running work may supply victims, and which of its tiers may."""
 
     queue: QueueInfo
-    accept: Callable[[TierInfo, int], bool]
+    accept: Callable[[Standing], bool]
 
 
 def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _Source]:
@@ -47,10 +49,10 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _So
     flavor = option.flavor
     by_level = st.index.level_preemption
 
-    def same_queue(t: TierInfo, level: int) -> bool:
-        if t.value < r.priority:
-            return t.name in r.tier.may_preempt
-        return by_level and t == r.tier and level > r.level
+    def same_queue(s: Standing) -> bool:
+        if s.tier.value < r.priority:
+            return s.tier.name in r.tier.may_preempt
+        return by_level and s.tier == r.tier and not s.promoted and s.level > r.level
 
     sources = {r.queue.name: _Source(r.queue, same_queue)}
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
@@ -59,13 +61,16 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _So
     quota = r.queue.quota(flavor)
     if st.ledger.usage[r.queue.name][flavor] + option.milli * r.required > quota.nominal:
         return sources
-    accept: Callable[[TierInfo, int], bool] = (
-        (lambda t, level: True) if reclaim == "any" else (lambda t, level: t.value < r.priority)
-    )
+
+    def reclaimable(s: Standing) -> bool:
+        if s.tier.value < r.priority:
+            return True
+        return reclaim == "any" and not s.promoted
+
     for name in st.index.cohort_members[r.queue.cohort]:
         queue = st.index.queues[name]
         if name != r.queue.name and st.ledger.borrowing(queue, flavor):
-            sources[name] = _Source(queue, accept)
+            sources[name] = _Source(queue, reclaimable)
     return sources
 
 
@@ -84,7 +89,7 @@ def _candidates(st: CycleState, option: FlavorOption, sources: dict[str, _Source
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
         if e.evicted or e.queue is None or e.tier is None:
             continue
-        if sources[e.queue.name].accept(e.tier, st.victims.level(e)):
+        if sources[e.queue.name].accept(st.victims.standing(e)):
             yield e
 
 

@@ -69,11 +69,8 @@ class Resolved:
     promoted: bool = False
 
     def promote(self) -> None:
-        """The starvation guard fired: first in its tier from now on, and level 0 for ordering and preemption."""
+        """The starvation guard fired: first in its tier from now on (its level no longer orders it)."""
         self.promoted = True
-        if self.level:
-            self.level = 0
-            self.preemption_key = (*self.preemption_key[:-1], 0)
 
     @property
     def id(self) -> str:

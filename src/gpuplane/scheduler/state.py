@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
@@ -290,8 +291,13 @@ def victim_rank(entry: RunEntry, now: float, level: int = 0) -> tuple[int, int, 
     return (tier, -level, entry.lost_work_s(now), -entry.start, entry.id)
 
 
-Standing = tuple[TierInfo, int]
-"""What decides whether running work may be a victim: its tier and its attained-service level."""
+class Standing(NamedTuple):
+    """What decides whether running work may be a victim: its tier, its attained-service level, and whether
+    it started after the starvation guard promoted it."""
+
+    tier: TierInfo
+    level: int
+    promoted: bool
 
 
 class VictimIndex:
@@ -313,7 +319,8 @@ class VictimIndex:
             key = (e.queue.name, e.flavor)
             self.ranked.setdefault(key, []).append((victim_rank(e, now, level), e))
             by_standing = self.milli.setdefault(key, {})
-            by_standing[(e.tier, level)] = by_standing.get((e.tier, level), 0) + e.milli
+            standing = Standing(e.tier, level, e.promoted)
+            by_standing[standing] = by_standing.get(standing, 0) + e.milli
         for ranked in self.ranked.values():
             ranked.sort(key=lambda pair: pair[0])
 
@@ -321,16 +328,21 @@ class VictimIndex:
         """The attained-service level of an indexed entry at the cycle's time."""
         return self.levels.get(entry.id, 0)
 
+    def standing(self, entry: RunEntry) -> Standing:
+        """Tier, level and promotion of an indexed entry."""
+        assert entry.tier is not None
+        return Standing(entry.tier, self.level(entry), entry.promoted)
+
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
         if entry.queue is None or entry.tier is None or not entry.preemptible:
             return
         by_standing = self.milli.get((entry.queue.name, entry.flavor))
-        standing = (entry.tier, self.level(entry))
+        standing = self.standing(entry)
         if by_standing is not None and standing in by_standing:
             by_standing[standing] -= entry.milli
 
-    def milli_where(self, queue: str, flavor: str, accept: Callable[[TierInfo, int], bool]) -> int:
+    def milli_where(self, queue: str, flavor: str, accept: Callable[[Standing], bool]) -> int:
         """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` whose standing is accepted."""
         by_standing = self.milli.get((queue, flavor), {})
-        return sum(m for (tier, level), m in by_standing.items() if accept(tier, level))
+        return sum(m for standing, m in by_standing.items() if accept(standing))
