@@ -125,3 +125,18 @@ def test_strict_mode_with_every_pool_blocked_decides_the_rest_in_bulk():
     assert set(behind) >= {f"w{i}" for i in range(5)}
     assert {d["head"] for k, d in behind.items() if k.startswith("w")} == {"gang"}
     assert sorted(d["queue_position"] for k, d in behind.items() if k.startswith("w")) == list(range(2, 7))
+
+
+def test_strict_mode_decides_the_rest_of_a_quota_blocked_queue_in_bulk():
+    solo = {"name": "solo", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}}
+    p = policy(scheduling={"backfill": {"mode": "strict"}}, teams=[solo])
+    node_list = nodes(p, train=4)
+    pending = [job("big", queue="solo", pods=2, t=0)]  # 16 GPUs > solo's nominal 8: blocks its queue
+    pending += [job(f"s{i}", queue="solo", gpus=1, t=1 + i) for i in range(3)]
+    pending += [job("elsewhere", queue="solo", gpus=1, t=9, pools=("infer",))]
+    result = cycle(p, node_list, pending)
+    assert [(wid, head) for wid, head, _ in result.blocked_tail] == [("s0", "big"), ("s1", "big"), ("s2", "big")]
+    assert [pos for *_, pos in result.blocked_tail] == [1, 2, 3]
+    assert codes(result)["big"] == "quota_nominal_exceeded"
+    assert codes(result)["elsewhere"] == "no_eligible_pool"
+    assert result.decision_count == len(result.decisions) == len(pending)

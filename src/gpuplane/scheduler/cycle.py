@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from gpuplane.model.cluster import ClusterSnapshot
@@ -186,7 +187,10 @@ class _Cycle:
             items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
             assert head is not None
             self._decide(head, pos)
-            if pos + 1 < len(items):
+            if self.mode == "strict" and name in self.blocked_queues:
+                self._drain_queue(items, pos + 1, self.blocked_queues[name])
+                heapq.heappop(heap)
+            elif pos + 1 < len(items):
                 heapq.heapreplace(heap, self._key(items[pos + 1], name, pos + 1))
             else:
                 heapq.heappop(heap)
@@ -272,6 +276,17 @@ class _Cycle:
                     self._decide(r, position)
                     continue
                 head = queue_head or self.blocked_pools[r.options[0].pools[0].name]
+                self.tail.append((r.id, head, position))
+
+    def _drain_queue(self, items: list[Resolved | None], start: int, head: str) -> None:
+        """Strict mode, queue blocked by its head's quota: the rest of the queue waits behind ``head``, in bulk."""
+        for position in range(start, len(items)):
+            r = items[position]
+            assert r is not None
+            items[position] = None
+            if not r.options:
+                self._decide(r, position)
+            else:
                 self.tail.append((r.id, head, position))
 
     def _admit(self, r: Resolved, fit: Fit, victims: tuple[str, ...] = ()) -> None:
@@ -420,10 +435,8 @@ class _Cycle:
         self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
 
 
-def _queue_order(r: Resolved | None) -> tuple[int, bool, int, float, str]:
-    """Order within a queue: higher tier, promoted, lower attained-service level, submission time, id."""
-    assert r is not None
-    return (-r.priority, not r.promoted, 0 if r.promoted else r.level, r.workload.submit_time, r.workload.id)
+_queue_order = attrgetter("order")
+"""Order within a queue: higher tier, promoted, lower attained-service level, submission time, id."""
 
 
 _QUOTA_PREEMPTABLE = frozenset(

@@ -67,10 +67,13 @@ class Resolved:
     promote_at: float = math.inf
     """When the starvation guard promotes it: submission + time already run + the guard."""
     promoted: bool = False
+    order: tuple[int, bool, int, float, str] = (0, True, 0, 0.0, "")
+    """Order within its queue: higher tier, promoted, lower level, earlier submission, id."""
 
     def promote(self) -> None:
         """The starvation guard fired: first in its tier from now on (its level no longer orders it)."""
         self.promoted = True
+        self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
 
     @property
     def id(self) -> str:
@@ -144,6 +147,7 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
     if index.level_thresholds_gpu_s:
         resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
+    resolved.order = (-resolved.priority, True, resolved.level, w.submit_time, w.id)
     if index.starvation_guard_s is not None:
         gpus = max(1.0, profile.required * profile.gpus_per_pod)
         resolved.promote_at = w.submit_time + w.attained_gpu_s / gpus + index.starvation_guard_s
