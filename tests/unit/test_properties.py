@@ -78,7 +78,11 @@ def policies(draw):
         },
     }
     if draw(st.booleans()):
-        scheduling["service_levels"] = {"thresholds_gpu_hours": [0.5, 4], "preempt_within_queue": draw(st.booleans())}
+        scheduling["service_levels"] = {
+            "thresholds_gpu_hours": [0.5, 4],
+            "preempt_within_queue": draw(st.booleans()),
+            "preempt_borrowed": draw(st.booleans()),
+        }
     if draw(st.booleans()):
         scheduling["starvation_guard_hours"] = draw(st.sampled_from([0.5, 2.0]))
     return policy(teams=teams, scheduling=scheduling)

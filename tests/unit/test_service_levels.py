@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from gpuplane.policy import PolicyError
-from tests.unit.fixtures import cycle, job, kinds, nodes, policy
+from tests.unit.fixtures import BASE_POLICY, cycle, job, kinds, nodes, policy
 from tests.unit.test_preemption import running
 
 LEVELS = {"scheduling": {"service_levels": {"thresholds_gpu_hours": [1, 10]}}}
@@ -162,3 +162,40 @@ def test_work_started_after_promotion_is_not_reclaimed_at_its_own_tier():
     fresh = [job(f"a{i}", klass="batch", t=5000) for i in range(4)]  # a asks its nominal 32; 16 are free
     res = cycle(p, node_list, fresh, run, now=6000)
     assert {d.workload_id for d in res.preempted} == {"n0", "n1"}
+
+
+IDLE_TEAM = {"name": "idle", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 32}}}
+
+
+def teams_with_an_idle_lender():
+    return [*BASE_POLICY["teams"], IDLE_TEAM]
+
+
+def borrowing_cluster(p):
+    """A full cluster: a runs 32 GPUs (its nominal, not preemptible), b runs 48 (16 borrowed from idle)."""
+    node_list = nodes(p, train=10)
+    a_jobs = [(job(f"a{i}", priority="low"), 0, None) for i in range(4)]
+    b_jobs = [(job(f"b{i}", queue="b", klass="batch", t=i), 0, None) for i in range(6)]
+    return node_list, running(p, node_list, a_jobs + b_jobs)
+
+
+def test_less_served_work_may_take_borrowed_gpus_from_more_served_work_of_another_queue():
+    p = policy(
+        teams=teams_with_an_idle_lender(),
+        scheduling={"service_levels": {"thresholds_gpu_hours": [1, 10], "preempt_borrowed": True}},
+    )
+    node_list, run = borrowing_cluster(p)
+    fresh = [job(f"new{i}", klass="batch", t=5000) for i in range(3)]  # a would borrow for these
+    res = cycle(p, node_list, fresh, run, now=6000)  # b's jobs: 13 GPU-hours each, level 2
+    victims = [d for d in res.preempted]
+    assert len(victims) == 2, "only b's 16 borrowed GPUs; its nominal 32 stay"
+    assert {d.reason.code.value for d in victims} == {"preempted_for_less_served"}
+    assert victims[0].reason.details["preemptor_queue"] == "a"
+    assert sorted(k for k, v in kinds(res).items() if v == "admit") == ["new0", "new1"]
+
+
+def test_borrowed_gpus_are_not_taken_by_level_unless_the_policy_says_so():
+    p = policy(teams=teams_with_an_idle_lender(), **LEVELS)
+    node_list, run = borrowing_cluster(p)
+    res = cycle(p, node_list, [job("new0", klass="batch", t=5000)], run, now=6000)
+    assert not res.preempted

@@ -158,6 +158,7 @@ class PreemptionSpec(_Spec):
 class ServiceLevelsSpec(_Spec):
     thresholds_gpu_hours: list[float] = Field(min_length=1)
     preempt_within_queue: bool = True
+    preempt_borrowed: bool = False
 
 
 class SchedulingSpec(_Spec):

@@ -356,9 +356,9 @@ class _Cycle:
             assert victim.queue is not None and victim.tier is not None
             same_queue = victim.queue is r.queue
             level = self.st.victims.level(victim)
-            if not same_queue:
+            if not same_queue and plan.reclaiming:
                 code = ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
-            elif victim.tier.value < r.priority:
+            elif same_queue and victim.tier.value < r.priority:
                 code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY
             else:
                 code = ReasonCode.PREEMPTED_FOR_LESS_SERVED

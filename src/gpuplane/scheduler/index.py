@@ -175,6 +175,7 @@ class PolicyIndex:
             tuple(h * 3600.0 for h in levels.thresholds_gpu_hours) if levels is not None else ()
         )
         self.level_preemption = levels is not None and levels.preempt_within_queue
+        self.level_preemption_of_borrowed = levels is not None and levels.preempt_borrowed
         guard = policy.scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
         self.profile_cache: dict[tuple[object, ...], Any] = {}

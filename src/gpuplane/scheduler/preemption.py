@@ -9,7 +9,9 @@ Allowed victims (and nothing else):
    or, when the policy declares attained-service levels, of the same tier at a higher level (it has
    received more GPU time than the preemptor; Tiresias' least-attained-service rule, kept within a queue);
 2. preemptible work of another queue of the same cohort that is borrowing the flavor, when the preemptor
-   stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters).
+   stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters);
+   otherwise, with ``service_levels.preempt_borrowed``, such borrowed work of the preemptor's tier at a
+   higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe).
 Work that started after the starvation guard promoted it is spared both the level rule and reclaim at
 its own tier or above: only a higher tier may stop it.
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
@@ -34,6 +36,8 @@ class PreemptionPlan:
 
     fit: Fit
     victims: list[RunEntry]
+    reclaiming: bool = False
+    """Whether other queues' victims are reclaimed quota (else they lost to less-served work)."""
 
 
 @dataclass(slots=True)
@@ -44,8 +48,9 @@ class _Source:
     accept: Callable[[Standing], bool]
 
 
-def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _Source]:
-    """The queues that may lose work to ``r`` on ``option``'s flavor, each with its tier filter."""
+def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[str, _Source], bool]:
+    """The queues that may lose work to ``r`` on ``option``'s flavor, each with its filter, and whether the
+    other queues' work would be reclaimed quota (else it would lose to less-served work)."""
     flavor = option.flavor
     by_level = st.index.level_preemption
 
@@ -55,23 +60,31 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> dict[str, _So
         return by_level and s.tier == r.tier and not s.promoted and s.level > r.level
 
     sources = {r.queue.name: _Source(r.queue, same_queue)}
+    if r.queue.cohort is None:
+        return sources, False
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
-    if reclaim == "never" or r.queue.cohort is None:
-        return sources
     quota = r.queue.quota(flavor)
-    if st.ledger.usage[r.queue.name][flavor] + option.milli * r.required > quota.nominal:
-        return sources
+    within_nominal = st.ledger.usage[r.queue.name][flavor] + option.milli * r.required <= quota.nominal
 
     def reclaimable(s: Standing) -> bool:
         if s.tier.value < r.priority:
             return True
         return reclaim == "any" and not s.promoted
 
+    def more_served(s: Standing) -> bool:
+        return s.tier == r.tier and not s.promoted and s.level > r.level
+
+    if within_nominal and reclaim != "never":
+        accept = reclaimable
+    elif st.index.level_preemption_of_borrowed:
+        accept = more_served
+    else:
+        return sources, False
     for name in st.index.cohort_members[r.queue.cohort]:
         queue = st.index.queues[name]
         if name != r.queue.name and st.ledger.borrowing(queue, flavor):
-            sources[name] = _Source(queue, reclaimable)
-    return sources
+            sources[name] = _Source(queue, accept)
+    return sources, accept is reclaimable
 
 
 def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> bool:
@@ -119,7 +132,7 @@ def _fits(admitter: Admitter, r: Resolved, option: FlavorOption) -> bool:
 
 def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
     for option in r.options:
-        sources = _sources(st, r, option)
+        sources, reclaiming = _sources(st, r, option)
         if not _enough(st, r, option, sources):
             continue
         mark = st.cap.mark()
@@ -141,7 +154,7 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
             continue
         fit, _ = admitter.try_option(r, option, commit=True)
         assert fit is not None
-        return PreemptionPlan(fit, _spare(st, r, option, fit, removed))
+        return PreemptionPlan(fit, _spare(st, r, option, fit, removed), reclaiming=reclaiming)
     return None
 
 

@@ -19,7 +19,7 @@ _TEMPLATES: dict[ReasonCode, str] = {
         "preempted by {preemptor}: queue {preemptor_queue} reclaims {flavor} quota that queue {queue} borrowed"
     ),
     ReasonCode.PREEMPTED_FOR_LESS_SERVED: (
-        "preempted by {preemptor} in queue {queue}: it has had more GPU time (service level {level} > "
+        "preempted by {preemptor} of queue {preemptor_queue}: it has had more GPU time (service level {level} > "
         "{preemptor_level}) at the same priority"
     ),
     ReasonCode.INVALID_WORKLOAD: "cannot be scheduled under this policy: {error}",
