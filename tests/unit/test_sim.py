@@ -239,3 +239,49 @@ def test_compare_runs_the_same_cluster_for_every_policy():
     assert {r.capacity_gpus for r in comparison.results.values()} == {comparison.cluster.gpus}
     for result in comparison.results.values():
         check_conservation(result)
+
+
+TWO_TYPES = {
+    "gpu_models": [{"name": "t4", "memory_gib": 16}, {"name": "v100m32", "memory_gib": 32}],
+    "pools": [
+        {"name": "t4-x2", "gpu_model": "t4", "gpus_per_node": 2, "max_nodes": 50, "price_per_node_hour": 1},
+        {"name": "v100-x8", "gpu_model": "v100m32", "gpus_per_node": 8, "max_nodes": 3, "price_per_node_hour": 24},
+    ],
+    "teams": [
+        {
+            "name": "a",
+            "cohort": "c",
+            "pools": ["t4-x2", "v100-x8"],
+            "quotas": {"t4": {"nominal": 60}, "v100m32": {"nominal": 20}},
+        },
+        {"name": "b", "cohort": "c", "pools": ["t4-x2", "v100-x8"], "quotas": {"t4": {"nominal": 40}}},
+    ],
+    "priorities": [{"name": "normal", "value": 100}],
+    "default_priority": "normal",
+}
+
+
+def test_gpu_types_restrict_jobs_to_their_pools_and_multi_gpu_pods_stay_on_one_node():
+    p = parse_policy(yaml.safe_dump(TWO_TYPES), "types.yaml")
+    jobs = [
+        TraceJob("v", "a", 0.0, 100.0, 4, gpu_types=("V100M32",)),
+        TraceJob("t", "b", 0.0, 100.0, 1, gpu_types=("T4", "P100")),
+        TraceJob("odd", "b", 0.0, 100.0, 1, gpu_types=("H800",)),
+    ]
+    cluster = size_cluster(p, trace(jobs))
+    result = Simulation(make_variant("gpuplane", cluster.policy), cluster.nodes, trace(jobs)).run()
+    check_conservation(result)
+    pools = {r.job.id: r.pool for r in result.records}
+    assert pools["v"] == "v100-x8" and pools["t"] == "t4-x2"
+    assert result.untyped_jobs == 1  # H800: no such pool, so it may use any
+    v = next(r for r in result.records if r.job.id == "v")
+    assert v.workload.pods.count == 1 and v.workload.pods.gpus_per_pod == 4
+
+
+def test_resizing_scales_each_flavors_quotas_by_its_own_rounded_capacity():
+    p = parse_policy(yaml.safe_dump(TWO_TYPES), "types.yaml")
+    cluster = size_cluster(p, trace([TraceJob("j", "a", 0.0, 100.0, 1)]), gpus=20)
+    sized = {pool.name: pool.max_nodes for pool in cluster.policy.pools}
+    assert sized == {"t4-x2": 8, "v100-x8": 1}  # 124 GPUs scaled to 20: 16 T4s, and at least one V100 node
+    quotas = {(t.name, f): q.nominal for t in cluster.policy.teams for f, q in t.quotas.items()}
+    assert quotas[("a", "v100m32")] <= 8 and quotas[("a", "t4")] + quotas[("b", "t4")] <= 16

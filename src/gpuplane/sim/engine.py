@@ -132,6 +132,8 @@ class SimResult:
     """GPU-seconds of work lost by jobs on interrupted nodes (part of every record's lost_s)."""
     node_down_s: float = 0.0
     """Node-seconds that nodes spent gone or booting a replacement."""
+    untyped_jobs: int = 0
+    """Jobs whose GPU types (Alibaba's gpu_spec) no pool of the policy has: they may use any pool."""
 
 
 def pods_for(job: TraceJob, gpus_per_node: int) -> PodSet:
@@ -173,7 +175,12 @@ class Simulation:
             pool.name: next(m.speed for m in self.policy.gpu_models if m.name == pool.gpu_model)
             for pool in self.policy.pools
         }
-        self.gpus_per_node = min(p.gpus_per_node for p in self.policy.pools)
+        self.gpus_per_node = max(p.gpus_per_node for p in self.policy.pools)
+        self.pools_by_model: dict[str, list[str]] = {}
+        for pool in self.policy.pools:
+            self.pools_by_model.setdefault(pool.gpu_model.lower(), []).append(pool.name)
+        self.node_size = {p.name: p.gpus_per_node for p in self.policy.pools}
+        self.untyped_jobs = 0
         self.state = CycleState(self.index, nodes, 0.0)
         self.levels = self.index.level_thresholds_gpu_s
         self.events: list[tuple[float, int, int, int, str]] = []
@@ -269,6 +276,7 @@ class Simulation:
             interruptions=self.interruptions,
             interrupted_lost_gpu_s=self.interrupted_lost_gpu_s,
             node_down_s=self.node_down_s + sum(now - t for t in self.down_since.values()),
+            untyped_jobs=self.untyped_jobs,
         )
 
     def _account(self, now: float) -> None:
@@ -280,14 +288,24 @@ class Simulation:
             self.next_sample += self.sample_every_s
 
     # -- job life ----------------------------------------------------------------------------------
+    def _allowed_pools(self, job: TraceJob) -> tuple[str, ...] | None:
+        """The pools of the GPU types the job may use (Alibaba's gpu_spec); None: any pool of its team."""
+        if not job.gpu_types:
+            return None
+        pools = tuple(p for t in job.gpu_types for p in self.pools_by_model.get(t.lower(), ()))
+        return pools or None
+
     def _workload(self, record: JobRecord, tier: str | None) -> Workload:
         job = record.job
         attained = record.attained if self.levels else 0.0
+        pools = self._allowed_pools(job)
+        node_gpus = max(self.node_size[p] for p in pools) if pools else self.gpus_per_node
         return Workload(
             id=job.id,
             queue=self.variant.queue_of(job.team),
             klass=WorkloadClass(job.klass),
-            pods=pods_for(job, self.gpus_per_node),
+            pods=pods_for(job, node_gpus),
+            pools=pools,
             submit_time=job.submit_s,
             priority=tier,
             estimated_duration_s=self.estimator.estimate(job) if self.estimator else None,
@@ -303,6 +321,8 @@ class Simulation:
         record = JobRecord(job, None, job.duration_s, checkpoint)  # type: ignore[arg-type]
         record.tier = self.variant.tier_of(self._view(record))
         record.workload = self._workload(record, record.tier)
+        if job.gpu_types and record.workload.pools is None:
+            self.untyped_jobs += 1
         self.records[job.id] = record
         self.pending[job.id] = record
         self._queue_cycle(now)

@@ -99,6 +99,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "interrupted_jobs": sum(r.interruptions for r in result.records),
         "lost_gpu_hours_to_interruptions": result.interrupted_lost_gpu_s / 3600,
         "node_down_hours": result.node_down_s / 3600,
+        "jobs_with_unknown_gpu_types": result.untyped_jobs,
         "fairness": {
             "jain_slowdown": jain([t["mean_slowdown"] for t in teams.values()]),
             "max_team_queue_s": max((t["max_queue_s"] for t in teams.values()), default=0.0),

@@ -94,12 +94,20 @@ def size_cluster(policy: PolicySpec, trace: Trace, gpus: int | None = None, load
         raise SetupError("the cluster would have no GPUs; raise --gpus or lower --load")
     factor = actual / full
     if gpus is not None and abs(factor - 1.0) > 1e-9:
+        before: dict[str, int] = defaultdict(int)
+        after: dict[str, int] = defaultdict(int)
+        for pool, original in zip(doc["pools"], policy.pools, strict=True):
+            flavor = pool.get("flavor") or pool["gpu_model"]
+            before[flavor] += original.max_nodes * pool["gpus_per_node"]
+            after[flavor] += counts[pool["name"]] * pool["gpus_per_node"]
         for team in doc["teams"]:
-            for quota in team.get("quotas", {}).values():
-                quota["nominal"] = _scaled(quota["nominal"], factor)
+            for flavor, quota in team.get("quotas", {}).items():
+                # each flavor by its own factor: node counts round per pool, quotas must still fit
+                flavor_factor = after[flavor] / before[flavor] if before.get(flavor) else factor
+                quota["nominal"] = _scaled(quota["nominal"], flavor_factor)
                 for key in ("borrowing_limit", "lending_limit"):
                     if key in quota:
-                        quota[key] = _scaled(quota[key], factor)
+                        quota[key] = _scaled(quota[key], flavor_factor)
                 if "lending_limit" in quota:
                     quota["lending_limit"] = min(quota["lending_limit"], quota["nominal"])
             if team.get("max_gpus") is not None:
