@@ -11,9 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from tests.simcheck import check_conservation
 
 from gpuplane.io.policy_file import load_policy
+from gpuplane.policy import parse_policy
 from gpuplane.sim.readers import read_trace
 from gpuplane.sim.runner import Options, compare
 
@@ -82,3 +84,29 @@ def test_bundled_philly_sample_runs_everywhere():
     for result in comparison.results.values():
         check_conservation(result)
     assert comparison.summaries["gpuplane"]["avg_jct_s"] < comparison.summaries["fifo"]["avg_jct_s"]
+
+
+def test_alibaba_slice_keeps_pods_on_the_gpu_types_they_accept():
+    trace = _trace("alibaba-openb", 1500)
+    policy = load_policy(str(EXAMPLES.parents[2] / "examples" / "alibaba-openb.yaml"))
+    comparison = compare(policy, trace, Options(policies=("fifo", "gpuplane"), gpus=400))
+    models = {p.name: p.gpu_model for p in comparison.cluster.policy.pools}
+    for name, result in comparison.results.items():
+        check_conservation(result)
+        typed = [r for r in result.records if r.job.gpu_types and r.workload.pools is not None]
+        assert typed, "the gpuspec33 list names GPU types for a third of its pods"
+        for r in typed:
+            assert models[r.pool].lower() in {t.lower() for t in r.job.gpu_types}, (name, r.job.id)
+
+
+def test_philly_slice_on_spot_capacity_loses_nodes_and_still_conserves_gpu_time():
+    trace = _trace("philly-pollux", 1500)
+    doc = load_policy(str(EXAMPLES / "philly.yaml")).model_dump(mode="json", exclude_none=True)
+    doc["pools"][0].update(capacity_type="spot", spot_interruption_rate_per_hour=0.05, startup_seconds=600)
+    policy = parse_policy(yaml.safe_dump(doc), "<spot philly>")
+    first = compare(policy, trace, Options(policies=("fifo", "gpuplane"), load=0.7, seed=3))
+    for result in first.results.values():
+        check_conservation(result)
+        assert result.interruptions > 0
+    again = compare(policy, trace, Options(policies=("gpuplane",), load=0.7, seed=3))
+    assert again.summaries["gpuplane"]["avg_jct_s"] == first.summaries["gpuplane"]["avg_jct_s"]
