@@ -114,7 +114,7 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Replay a trace through one or more policies on the same cluster and report every figure."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     from gpuplane.sim.readers import read_trace
     from gpuplane.sim.runner import Options, compare
@@ -133,6 +133,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         checkpoint_interval_s=args.checkpoint_interval_s or None,
         estimates=args.estimates,
         seed=args.seed,
+        workers=args.workers,
     )
     report = trace.report
     console.print(
@@ -144,12 +145,15 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:
-        task = progress.add_task("", total=len(trace.jobs))
+        tasks: dict[str, TaskID] = {}
 
         def start(name: str, total: int) -> None:
-            progress.reset(task, total=total, description=f"{name:10s}")
+            tasks[name] = progress.add_task(f"{name:10s}", total=total)
 
-        comparison = compare(policy, trace, options, start, lambda n: progress.advance(task, n))
+        def advance(name: str, n: int) -> None:
+            progress.advance(tasks[name], n)
+
+        comparison = compare(policy, trace, options, start, advance)
     data = comparison.to_dict()
     cluster = data["cluster"]
     console.print(
@@ -227,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--limit", type=int, help="only the first N jobs of the trace")
     sim.add_argument("--seed", type=int, default=0, help="seed of the random processes (spot interruptions); default 0")
+    sim.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="simulate this many policies at once, one process each (same figures; default 1)",
+    )
     sim.add_argument("--json", help="write every figure to this JSON file")
     sim.add_argument("--html", help="write a report with plots to this HTML file")
     sim.set_defaults(func=cmd_simulate)

@@ -241,6 +241,27 @@ def test_compare_runs_the_same_cluster_for_every_policy():
         check_conservation(result)
 
 
+def test_policies_in_worker_processes_give_the_same_figures_and_report_progress():
+    options = Options(policies=("fifo", "tiresias", "gpuplane"), load=0.9)
+    alone = compare(policy(), busy_trace(), options)
+    seen: dict[str, int] = {}
+    started: list[str] = []
+
+    def progress(name: str, n: int) -> None:
+        seen[name] = seen.get(name, 0) + n
+
+    options.workers = 2
+    together = compare(policy(), busy_trace(), options, lambda name, total: started.append(name), progress)
+    assert sorted(started) == sorted(seen) == ["fifo", "gpuplane", "tiresias"]
+    assert all(count == 60 for count in seen.values())
+    assert json.dumps(alone.summaries, sort_keys=True) == json.dumps(together.summaries, sort_keys=True)
+
+
+def test_workers_below_one_is_an_error():
+    with pytest.raises(SetupError, match="--workers"):
+        compare(policy(), busy_trace(), Options(workers=0))
+
+
 TWO_TYPES = {
     "gpu_models": [{"name": "t4", "memory_gib": 16}, {"name": "v100m32", "memory_gib": 32}],
     "pools": [

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from queue import Queue
 from typing import Any
 
 from gpuplane.policy import PolicySpec
 from gpuplane.sim.engine import Estimator, OracleEstimator, SimResult, Simulation
 from gpuplane.sim.metrics import summarize
-from gpuplane.sim.setup import Cluster, HistoryEstimator, auto_teams, size_cluster
+from gpuplane.sim.setup import Cluster, HistoryEstimator, SetupError, auto_teams, size_cluster
 from gpuplane.sim.trace import Trace
 from gpuplane.sim.variants import make_variant
 
@@ -30,6 +33,8 @@ class Options:
     checkpoint_interval_s: float | None = 1800.0
     estimates: str = "history"
     seed: int = 0
+    workers: int = 1
+    """Policies simulated at once, each in its own process (1: one after another in this process)."""
 
 
 @dataclass(slots=True)
@@ -94,35 +99,112 @@ def _estimator(kind: str) -> Estimator | None:
     raise ValueError(f"unknown estimates '{kind}'; known: {', '.join(ESTIMATES)}")
 
 
+def _simulate(
+    name: str, cluster: Cluster, trace: Trace, options: Options, on_progress: Callable[[int], None] | None
+) -> tuple[SimResult, float]:
+    """One policy on the comparison's cluster: its result and the wall time it took."""
+    simulation = Simulation(
+        make_variant(name, cluster.policy),
+        cluster.nodes,
+        trace,
+        cycle_s=options.cycle_s,
+        checkpoint_interval_s=options.checkpoint_interval_s,
+        estimator=_estimator(options.estimates),
+        on_progress=on_progress,
+        seed=options.seed,
+    )
+    started = time.perf_counter()
+    result = simulation.run()
+    return result, time.perf_counter() - started
+
+
+_PROGRESS_BATCH = 500
+
+
+def _simulate_in_worker(
+    name: str, cluster: Cluster, trace: Trace, options: Options, updates: Queue[tuple[str, int]]
+) -> tuple[SimResult, float]:
+    """``_simulate`` in a worker process, reporting completed jobs to the parent in batches."""
+    done = 0
+
+    def progress(n: int) -> None:
+        nonlocal done
+        done += n
+        if done >= _PROGRESS_BATCH:
+            updates.put((name, done))
+            done = 0
+
+    result = _simulate(name, cluster, trace, options, progress)
+    updates.put((name, done))
+    return result
+
+
 def compare(
     policy: PolicySpec,
     trace: Trace,
     options: Options,
     on_start: Callable[[str, int], None] | None = None,
-    on_progress: Callable[[int], None] | None = None,
+    on_progress: Callable[[str, int], None] | None = None,
 ) -> Comparison:
-    """Run every policy of ``options`` on the same cluster and trace (same sizing, same estimates)."""
+    """Run every policy of ``options`` on the same cluster and trace (same sizing, same estimates, same seed).
+
+    With ``options.workers`` > 1 the policies run in that many processes at once; the figures are the
+    same as one after another (each simulation is deterministic), only the wall time differs.
+    """
+    if options.workers < 1:
+        raise SetupError(f"--workers must be at least 1, got {options.workers}")
     if options.auto_teams:
         policy = auto_teams(policy, trace)
     cluster = size_cluster(policy, trace, options.gpus, options.load)
     comparison = Comparison(trace, cluster, options)
-    variants = [make_variant(name, cluster.policy) for name in options.policies]
-    for variant in variants:
-        if on_start is not None:
-            on_start(variant.name, len(trace.jobs))
-        simulation = Simulation(
-            variant,
-            cluster.nodes,
-            trace,
-            cycle_s=options.cycle_s,
-            checkpoint_interval_s=options.checkpoint_interval_s,
-            estimator=_estimator(options.estimates),
-            on_progress=on_progress,
-            seed=options.seed,
-        )
-        started = time.perf_counter()
-        result = simulation.run()
-        comparison.wall_s[variant.name] = time.perf_counter() - started
-        comparison.results[variant.name] = result
-        comparison.summaries[variant.name] = summarize(result)
+    names = list(dict.fromkeys(options.policies))
+    for name in names:
+        make_variant(name, cluster.policy)  # an unknown name fails before any simulation runs
+    if options.workers > 1 and len(names) > 1:
+        outcomes = _compare_in_processes(names, cluster, trace, options, on_start, on_progress)
+    else:
+        outcomes = {}
+        for name in names:
+            if on_start is not None:
+                on_start(name, len(trace.jobs))
+            report = None if on_progress is None else (lambda n, name=name: on_progress(name, n))
+            outcomes[name] = _simulate(name, cluster, trace, options, report)
+    for name in names:
+        result, wall = outcomes[name]
+        comparison.wall_s[name] = wall
+        comparison.results[name] = result
+        comparison.summaries[name] = summarize(result)
     return comparison
+
+
+def _compare_in_processes(
+    names: list[str],
+    cluster: Cluster,
+    trace: Trace,
+    options: Options,
+    on_start: Callable[[str, int], None] | None,
+    on_progress: Callable[[str, int], None] | None,
+) -> dict[str, tuple[SimResult, float]]:
+    """Every policy in its own process, ``options.workers`` at a time, relaying progress as it comes."""
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with context.Manager() as manager:
+        updates: Queue[tuple[str, int]] = manager.Queue()
+        with ProcessPoolExecutor(max_workers=min(options.workers, len(names)), mp_context=context) as pool:
+            futures = {name: pool.submit(_simulate_in_worker, name, cluster, trace, options, updates) for name in names}
+            if on_start is not None:
+                for name in names:
+                    on_start(name, len(trace.jobs))
+            pending = set(futures.values())
+            while pending:
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                _relay(updates, on_progress)
+            _relay(updates, on_progress)
+            return {name: future.result() for name, future in futures.items()}
+
+
+def _relay(updates: Queue[tuple[str, int]], on_progress: Callable[[str, int], None] | None) -> None:
+    """Pass the workers' progress reports received so far to ``on_progress``."""
+    while not updates.empty():
+        name, n = updates.get()
+        if on_progress is not None and n:
+            on_progress(name, n)
