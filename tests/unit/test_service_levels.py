@@ -199,3 +199,12 @@ def test_borrowed_gpus_are_not_taken_by_level_unless_the_policy_says_so():
     node_list, run = borrowing_cluster(p)
     res = cycle(p, node_list, [job("new0", klass="batch", t=5000)], run, now=6000)
     assert not res.preempted
+
+
+@pytest.mark.parametrize(("order", "first"), [("across_queues", "a-fresh"), ("within_queue", "b-served")])
+def test_levels_order_across_queues_or_only_within_each(order, first):
+    p = policy(scheduling={"service_levels": {"thresholds_gpu_hours": [1, 10], "order": order}})
+    node_list = nodes(p, train=2)
+    run = running(p, node_list, [(job("a-running", priority="low"), 0, None)])  # a holds 8 GPUs: higher share
+    pending = [job("a-fresh", klass="batch", t=10), served(job("b-served", queue="b", klass="batch", t=10), 3)]
+    assert kinds(cycle(p, node_list, pending, run, now=20))[first] == "admit"

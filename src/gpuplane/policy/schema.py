@@ -159,6 +159,7 @@ class ServiceLevelsSpec(_Spec):
     thresholds_gpu_hours: list[float] = Field(min_length=1)
     preempt_within_queue: bool = True
     preempt_borrowed: bool = False
+    order: Literal["across_queues", "within_queue"] = "across_queues"
 
 
 class SchedulingSpec(_Spec):

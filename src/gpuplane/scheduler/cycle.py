@@ -56,8 +56,9 @@ def behind_head(head: str, position: int) -> Reason:
     return make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
 
 
-HeapKey = tuple[int, int, int, float, float, str, str, int]
-"""A queue head in the cycle's heap: tier, not promoted, level, share, submission, id, queue name, position."""
+HeapKey = tuple[int, int, float, float, float, str, str, int]
+"""A queue head in the cycle's heap: tier, not promoted, level and share (in the policy's order), submission,
+id, queue name, position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,7 @@ class _Cycle:
         self.shares: dict[str, tuple[int, float]] = {}
         self.all_pools = len(index.pools)
         self.levels = bool(index.level_thresholds_gpu_s)
+        self.levels_first = index.levels_across_queues
         self.tail: list[tuple[str, str, int]] = []
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
@@ -205,11 +207,12 @@ class _Cycle:
 
     def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
         """Heap order of a queue head: tier, promoted first, attained-service level, the queue's weighted dominant
-        share, submission. Promoted work is ordered by submission alone."""
+        share (the share before the level when levels order only within a queue), submission. Promoted work is
+        ordered by submission alone."""
         assert r is not None
         share = 0.0
         if r.promoted:
-            return (-r.priority, 0, 0, share, r.workload.submit_time, r.workload.id, name, pos)
+            return (-r.priority, 0, 0.0, share, r.workload.submit_time, r.workload.id, name, pos)
         if self.fair:
             version = self.st.ledger.queue_version[name]
             cached = self.shares.get(name)
@@ -217,7 +220,9 @@ class _Cycle:
                 cached = (version, self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity))
                 self.shares[name] = cached
             share = cached[1]
-        return (-r.priority, 1, r.level, share, r.workload.submit_time, r.workload.id, name, pos)
+        if self.levels_first:
+            return (-r.priority, 1, r.level, share, r.workload.submit_time, r.workload.id, name, pos)
+        return (-r.priority, 1, share, r.level, r.workload.submit_time, r.workload.id, name, pos)
 
     # -- 4-6: one head ----------------------------------------------------------------------------------
     def _decide(self, r: Resolved, position: int) -> None:
