@@ -167,15 +167,19 @@ class _Cycle:
     def run(self) -> CycleResult:
         queues: dict[str, list[Resolved | None]] = {}
         self.st.forget_resolved(len(self.pending))
+        resolve, now = self.st.resolve, self.st.now  # hot loop: once per pending workload per cycle
         for w in self.pending:
             try:
-                r = self.st.resolve(w)
+                r = resolve(w)
             except InvalidWorkload as exc:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
                 continue
-            if not r.promoted and r.promote_at <= self.st.now:
+            if r.promote_at <= now and not r.promoted:
                 r.promote()
-            queues.setdefault(r.queue.name, []).append(r)
+            items = queues.get(r.queue.name)
+            if items is None:
+                items = queues[r.queue.name] = []
+            items.append(r)
         heap: list[HeapKey] = []
         for name, items in queues.items():
             items.sort(key=_queue_order)
@@ -190,7 +194,7 @@ class _Cycle:
             assert head is not None
             self._decide(head, pos)
             if self.mode == "strict" and name in self.blocked_queues:
-                self._drain_queue(items, pos + 1, self.blocked_queues[name])
+                self._drain(items, pos + 1, self.blocked_queues[name])
                 heapq.heappop(heap)
             elif pos + 1 < len(items):
                 heapq.heapreplace(heap, self._key(items[pos + 1], name, pos + 1))
@@ -272,27 +276,19 @@ class _Cycle:
         without trying placement: a saturated FIFO cluster with thousands pending stays cheap.
         """
         for *_, name, start in heap:
-            items = queues[name]
-            queue_head = self.blocked_queues.get(name)
-            for position in range(start, len(items)):
-                r = items[position]
-                assert r is not None
-                if not r.options:
-                    self._decide(r, position)
-                    continue
-                head = queue_head or self.blocked_pools[r.options[0].pools[0].name]
-                self.tail.append((r.id, head, position))
+            self._drain(queues[name], start, self.blocked_queues.get(name))
 
-    def _drain_queue(self, items: list[Resolved | None], start: int, head: str) -> None:
-        """Strict mode, queue blocked by its head's quota: the rest of the queue waits behind ``head``, in bulk."""
+    def _drain(self, items: list[Resolved | None], start: int, queue_head: str | None) -> None:
+        """Strict mode: the rest of one queue waits in bulk behind its queue's blocked head or, without one,
+        behind the head that blocked its first pool (every pool is blocked then)."""
+        tail, blocked_pools = self.tail, self.blocked_pools
         for position in range(start, len(items)):
             r = items[position]
             assert r is not None
-            items[position] = None
             if not r.options:
                 self._decide(r, position)
             else:
-                self.tail.append((r.id, head, position))
+                tail.append((r.workload.id, queue_head or blocked_pools[r.options[0].pools[0].name], position))
 
     def _admit(self, r: Resolved, fit: Fit, victims: tuple[str, ...] = ()) -> None:
         st = self.st
