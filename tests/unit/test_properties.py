@@ -20,7 +20,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuplane.model import ClusterSnapshot, DecisionKind, RunningWorkload, TopologyMode
+from gpuplane.model import ClusterSnapshot, DecisionKind, PodSet, RunningWorkload, TopologyMode
 from gpuplane.scheduler import PolicyIndex, schedule
 from gpuplane.scheduler.cycle import run_cycle
 from gpuplane.scheduler.resolve import resolve
@@ -85,7 +85,8 @@ def policies(draw):
         }
     if draw(st.booleans()):
         scheduling["starvation_guard_hours"] = draw(st.sampled_from([0.5, 2.0]))
-    return policy(teams=teams, scheduling=scheduling)
+    pools = [*BASE_POLICY["pools"][:2], {**BASE_POLICY["pools"][2], "gpu_sharing": draw(st.booleans())}]
+    return policy(pools=pools, teams=teams, scheduling=scheduling)
 
 
 @st.composite
@@ -103,6 +104,10 @@ def workloads(draw, prefix, t):
             t=t,
             estimated_duration_s=draw(st.integers(60, 20000)),
         )
+    if draw(st.integers(0, 5)) == 0:  # a share of one spot GPU (rejected where the pool does not share)
+        w = job(prefix, queue=queue, klass="batch", t=t, checkpoint_interval_s=300, tolerations=SPOT_OK)
+        count = draw(st.integers(1, 3))
+        return replace(w, pods=PodSet(count, 1, gpu_milli=draw(st.sampled_from([250, 500, 700]))))
     klass = draw(st.sampled_from(["training", "batch"]))
     pods = draw(st.integers(1, 4))
     return job(
@@ -127,12 +132,16 @@ def check_capacity(index, node_list, running):
     pool_of = {n.name: n.pool for n in node_list}
     whole: set[tuple[str, int]] = set()
     sliced: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    shared: dict[tuple[str, int], int] = defaultdict(int)
     for run in running:
         for pod in run.placement.pods:
             assert pool_of[pod.node] == run.placement.pool
             for g in pod.gpus:
                 assert 0 <= g < gpus[pod.node]
-            if pod.mig_profile is None:
+            if pod.gpu_milli is not None:
+                shared[(pod.node, pod.gpus[0])] += pod.gpu_milli
+                assert shared[(pod.node, pod.gpus[0])] <= 1000, "GPU shares beyond one GPU"
+            elif pod.mig_profile is None:
                 for g in pod.gpus:
                     assert (pod.node, g) not in whole, f"GPU {pod.node}/{g} double-booked"
                     whole.add((pod.node, g))
@@ -143,6 +152,7 @@ def check_capacity(index, node_list, running):
                 used[1] += m
                 assert used[0] <= 7 and used[1] <= 8, "MIG slices beyond the GPU"
     assert not whole & set(sliced), "a GPU is both whole-allocated and sliced"
+    assert not (whole | set(sliced)) & set(shared), "a shared GPU is also whole-allocated or sliced"
 
 
 def usage_of(index, running):
@@ -150,7 +160,12 @@ def usage_of(index, running):
     for run in running:
         pool = index.pools[run.placement.pool]
         for pod in run.placement.pods:
-            milli = 1000 * len(pod.gpus) if pod.mig_profile is None else pool.mig.quota_milli(pod.mig_profile)
+            if pod.gpu_milli is not None:
+                milli = pod.gpu_milli
+            elif pod.mig_profile is None:
+                milli = 1000 * len(pod.gpus)
+            else:
+                milli = pool.mig.quota_milli(pod.mig_profile)
             usage[(run.workload.queue, run.placement.flavor)] += milli
     return usage
 

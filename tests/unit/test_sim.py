@@ -306,3 +306,17 @@ def test_resizing_scales_each_flavors_quotas_by_its_own_rounded_capacity():
     assert sized == {"t4-x2": 8, "v100-x8": 1}  # 124 GPUs scaled to 20: 16 T4s, and at least one V100 node
     quotas = {(t.name, f): q.nominal for t in cluster.policy.teams for f, q in t.quotas.items()}
     assert quotas[("a", "v100m32")] <= 8 and quotas[("a", "t4")] + quotas[("b", "t4")] <= 16
+
+
+def test_fractional_jobs_share_a_gpu_where_the_pool_shares_gpus():
+    doc = yaml.safe_load(yaml.safe_dump(TWO_TYPES))
+    doc["pools"][0]["gpu_sharing"] = True
+    p = parse_policy(yaml.safe_dump(doc), "sharing.yaml")
+    jobs = [TraceJob(f"f{i}", "a", 0.0, 1000.0, 1, gpu_milli=500, gpu_types=("T4",)) for i in range(4)]
+    jobs.append(TraceJob("whole", "a", 0.0, 1000.0, 1, gpu_types=("T4",)))
+    cluster = size_cluster(p, trace(jobs))
+    result = Simulation(make_variant("gpuplane", cluster.policy), cluster.nodes, trace(jobs)).run()
+    check_conservation(result)
+    shares = [r for r in result.records if r.job.id.startswith("f")]
+    assert all(r.gpus == 0.5 and r.workload.pods.gpu_milli == 500 for r in shares)
+    assert result.allocated_gpu_s == pytest.approx(1000.0 * (4 * 0.5 + 1))

@@ -40,6 +40,7 @@ class PodsDoc(_Doc):
     gpus_per_pod: int = Field(1, ge=0, le=16)
     mig_profile: str | None = None
     min_count: int | None = Field(None, ge=1)
+    gpu_milli: int | None = Field(None, ge=1, le=999)
 
 
 class TolerationDoc(_Doc):
@@ -53,6 +54,7 @@ class PodPlacementDoc(_Doc):
     node: str
     gpus: list[int] = Field(min_length=1)
     mig_profile: str | None = None
+    gpu_milli: int | None = Field(None, ge=1, le=999)
 
 
 class PlacementDoc(_Doc):
@@ -104,7 +106,9 @@ def _workload(doc: WorkloadDoc) -> Workload:
         id=doc.id,
         queue=doc.queue,
         klass=WorkloadClass(doc.klass),
-        pods=PodSet(doc.pods.count, doc.pods.gpus_per_pod, doc.pods.mig_profile, doc.pods.min_count),
+        pods=PodSet(
+            doc.pods.count, doc.pods.gpus_per_pod, doc.pods.mig_profile, doc.pods.min_count, doc.pods.gpu_milli
+        ),
         submit_time=doc.submit_time,
         priority=doc.priority,
         estimated_duration_s=doc.estimated_duration_s,
@@ -182,7 +186,7 @@ def parse_snapshot(text: str, filename: str, policy: PolicySpec, index: PolicyIn
         if r.placement is None:
             continue
         flavor = r.placement.flavor or index.pools[r.placement.pool].flavor
-        pods = tuple(PodPlacement(p.node, tuple(p.gpus), p.mig_profile) for p in r.placement.pods)
+        pods = tuple(PodPlacement(p.node, tuple(p.gpus), p.mig_profile, p.gpu_milli) for p in r.placement.pods)
         running.append(
             RunningWorkload(
                 _workload(r), Placement(r.placement.pool, flavor, pods), r.start_time, r.last_checkpoint_time

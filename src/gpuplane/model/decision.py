@@ -96,6 +96,7 @@ class Decision(NamedTuple):
                         "node": p.node,
                         "gpus": list(p.gpus),
                         **({"mig": p.mig_profile} if p.mig_profile else {}),
+                        **({"gpu_milli": p.gpu_milli} if p.gpu_milli is not None else {}),
                     }
                     for p in self.placement.pods
                 ],

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class PodPlacement:
-    """One pod on one node: the whole GPUs it holds, or the single GPU it holds a MIG slice of."""
+    """One pod on one node: the whole GPUs it holds, or the single GPU it holds a MIG slice or a share of."""
 
     node: str
     gpus: tuple[int, ...]
     mig_profile: str | None = None
+    gpu_milli: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,5 +30,10 @@ class Placement:
 
     @property
     def whole_gpus(self) -> int:
-        """Number of whole GPUs held (MIG slices not counted)."""
-        return sum(len(p.gpus) for p in self.pods if p.mig_profile is None)
+        """Number of whole GPUs held (MIG slices and GPU shares not counted)."""
+        return sum(len(p.gpus) for p in self.pods if p.mig_profile is None and p.gpu_milli is None)
+
+    @property
+    def shared_milli(self) -> int:
+        """Thousandths of a GPU held as shares of shared GPUs."""
+        return sum(p.gpu_milli for p in self.pods if p.gpu_milli is not None)

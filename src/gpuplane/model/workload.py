@@ -48,13 +48,15 @@ class PodSet:
     """The pods of a workload: ``count`` identical pods each asking for whole GPUs or one MIG slice.
 
     ``min_count`` makes the set elastic: it may start with any count between ``min_count`` and
-    ``count``; without it the set is all-or-nothing.
+    ``count``; without it the set is all-or-nothing. ``gpu_milli`` (1-999) makes each pod ask a share
+    of one GPU that other shared pods use too (time-slicing or MPS), on pools with ``gpu_sharing``.
     """
 
     count: int
     gpus_per_pod: int = 1
     mig_profile: str | None = None
     min_count: int | None = None
+    gpu_milli: int | None = None
 
     @property
     def required_count(self) -> int:

@@ -65,6 +65,7 @@ class PoolSpec(_Spec):
     topology: TopologySpec | None = None
     workload_classes: list[ClassName] = Field(default_factory=lambda: _batch_classes(), min_length=1)
     mig_profiles: list[str] = Field(default_factory=list)
+    gpu_sharing: bool = False
 
     @property
     def flavor_name(self) -> str:

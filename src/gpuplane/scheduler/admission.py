@@ -60,7 +60,7 @@ class Admitter:
         st = self.state
         if not st.ledger.check(r.queue, option.flavor, option.milli * r.required, r.preemptible).ok:
             return False
-        if r.mig_profile is not None:
+        if r.mig_profile is not None or r.gpu_milli is not None:
             return True
         return any(st.cap.pools[p.name].pods_capacity(r.gpus_per_pod) >= r.required for p in option.pools)
 
@@ -82,7 +82,7 @@ class Admitter:
         if not verdict.ok:
             assert verdict.code is not None
             return None, [Failure(option.flavor, None, verdict.code, verdict.details)]
-        shape = Shape(count, r.required, r.gpus_per_pod, r.mig_profile, r.topology)
+        shape = Shape(count, r.required, r.gpus_per_pod, r.mig_profile, r.topology, r.gpu_milli)
         failures = []
         for pool in option.pools:
             mark = st.cap.mark()
@@ -108,7 +108,7 @@ class Admitter:
         reservation = st.reservations.get(pool)
         masked = reservation is not None and reservation.workload_id != r.id
         outlasts = masked and st.now + r.duration_s > reservation.start  # type: ignore[union-attr]
-        key = (pool, shape.gpus_per_pod, shape.mig_profile, shape.topology, outlasts)
+        key = (pool, shape.gpus_per_pod, shape.mig_profile, shape.gpu_milli, shape.topology, outlasts)
         cached = None if self.trial else self._memo.get(key)
         if cached is not None and shape.required >= cached[0]:
             return cached[1], None

@@ -16,13 +16,13 @@ def find_reservation(st: CycleState, r: Resolved, pool: str) -> Reservation | No
     """The earliest time and the GPUs at which ``r`` fits on ``pool`` as running work ends (None: never)."""
     cap = st.cap
     pool_cap = cap.pools[pool]
-    shape = Shape(r.count, r.required, r.gpus_per_pod, r.mig_profile, r.topology)
+    shape = Shape(r.count, r.required, r.gpus_per_pod, r.mig_profile, r.topology, r.gpu_milli)
     ending = sorted((st.expected_end(e), e.id) for e in st.running.values() if e.pool == pool)
     mark = cap.mark()
     found: Reservation | None = None
     for end, wid in ending:
         st.free_slots(st.running[wid].slots)
-        if r.mig_profile is None and pool_cap.pods_capacity(r.gpus_per_pod) < r.required:
+        if r.gpus_per_pod and pool_cap.pods_capacity(r.gpus_per_pod) < r.required:
             continue
         trial = cap.mark()
         result = place(cap, pool, shape)

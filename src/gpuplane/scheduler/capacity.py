@@ -1,4 +1,4 @@
-"""Free GPUs and MIG slices of every node, bucketed for best-fit search, with undo for trial placements.
+"""Free GPUs, MIG slices and GPU shares of every node, bucketed for best-fit search, with undo for trials.
 
 Nodes sit in buckets by their number of free whole GPUs, per pool and per topology domain, so finding the
 fullest node that still fits a pod is a walk over at most ``gpus_per_node`` buckets. Every change is
@@ -11,10 +11,11 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 
 from gpuplane.model.cluster import Node
-from gpuplane.model.gpu import MigGeometry
+from gpuplane.model.gpu import MILLI_PER_GPU, MigGeometry
 from gpuplane.scheduler.index import PolicyIndex
 
 MigUsage = list[int]  # [compute slices used, memory slices used, number of slices]
+ShareUsage = list[int]  # [thousandths of the GPU in use, number of shares]
 
 
 class SnapshotError(ValueError):
@@ -24,7 +25,7 @@ class SnapshotError(ValueError):
 class PoolCapacity:
     """Bucketed free capacity of one pool."""
 
-    __slots__ = ("buckets", "domain_buckets", "domains", "geometry", "gpus_per_node", "name", "sliced")
+    __slots__ = ("buckets", "domain_buckets", "domains", "geometry", "gpus_per_node", "name", "shared", "sliced")
 
     def __init__(self, name: str, gpus_per_node: int, geometry: MigGeometry | None) -> None:
         self.name = name
@@ -34,6 +35,7 @@ class PoolCapacity:
         self.domain_buckets: dict[str, list[list[int]]] = {}
         self.domains: list[str] = []
         self.sliced: set[tuple[int, int]] = set()
+        self.shared: set[tuple[int, int]] = set()
 
     def pods_capacity(self, gpus_per_pod: int, domain: str | None = None) -> int:
         """How many pods of ``gpus_per_pod`` whole GPUs fit in the pool (or one of its domains) now."""
@@ -68,11 +70,12 @@ class CapacityIndex:
         self.schedulable: list[bool] = []
         self.free: list[list[int]] = []
         self.mig: list[dict[int, MigUsage] | None] = []
+        self.shares: list[dict[int, ShareUsage] | None] = []
         self.by_name: dict[str, int] = {}
         self.pools: dict[str, PoolCapacity] = {
             name: PoolCapacity(name, info.gpus_per_node, info.mig) for name, info in index.pools.items()
         }
-        self.journal: list[tuple[int, tuple[int, ...], dict[int, MigUsage] | None]] = []
+        self.journal: list[tuple[int, tuple[int, ...], dict[int, MigUsage] | None, dict[int, ShareUsage] | None]] = []
         for node in nodes:
             pool = self.pools.get(node.pool)
             if pool is None:
@@ -92,6 +95,7 @@ class CapacityIndex:
             self.schedulable.append(usable)
             self.free.append(list(range(node.gpus)))
             self.mig.append(None)
+            self.shares.append(None)
             if node.domain not in pool.domain_buckets:
                 pool.domain_buckets[node.domain] = [[] for _ in range(pool.gpus_per_node + 1)]
                 pool.domains.append(node.domain)
@@ -105,7 +109,7 @@ class CapacityIndex:
             return
         pool = self.pools[self.node_pool[idx]]
         free = len(self.free[idx])
-        if not usable and (free != pool.gpus_per_node or self.mig[idx]):
+        if not usable and (free != pool.gpus_per_node or self.mig[idx] or self.shares[idx]):
             raise SnapshotError(f"node {self.names[idx]} still holds work; release it before the node goes")
         self.schedulable[idx] = usable
         for buckets in (pool.buckets, pool.domain_buckets[self.node_domain[idx]]):
@@ -128,8 +132,15 @@ class CapacityIndex:
             insort(buckets[new], idx)
 
     def _record(self, idx: int) -> None:
-        mig = self.mig[idx]
-        self.journal.append((idx, tuple(self.free[idx]), None if mig is None else {g: list(u) for g, u in mig.items()}))
+        mig, shares = self.mig[idx], self.shares[idx]
+        self.journal.append(
+            (
+                idx,
+                tuple(self.free[idx]),
+                None if mig is None else {g: list(u) for g, u in mig.items()},
+                None if shares is None else {g: list(u) for g, u in shares.items()},
+            )
+        )
 
     def mark(self) -> int:
         """A point to roll back to."""
@@ -138,16 +149,18 @@ class CapacityIndex:
     def rollback(self, mark: int) -> None:
         """Undo every change made since ``mark``."""
         while len(self.journal) > mark:
-            idx, free, mig = self.journal.pop()
+            idx, free, mig, shares = self.journal.pop()
             pool = self.pools[self.node_pool[idx]]
-            current = self.mig[idx]
-            if current:
-                for gpu in current:
-                    pool.sliced.discard((idx, gpu))
-            if mig:
-                for gpu in mig:
-                    pool.sliced.add((idx, gpu))
+            for gpu in self.mig[idx] or ():
+                pool.sliced.discard((idx, gpu))
+            for gpu in mig or ():
+                pool.sliced.add((idx, gpu))
+            for gpu in self.shares[idx] or ():
+                pool.shared.discard((idx, gpu))
+            for gpu in shares or ():
+                pool.shared.add((idx, gpu))
             self.mig[idx] = mig
+            self.shares[idx] = shares
             self._set_free(idx, list(free))
 
     def commit(self) -> None:
@@ -236,3 +249,48 @@ class CapacityIndex:
             self._set_free(idx, sorted((*self.free[idx], gpu)))
         if not mig:
             self.mig[idx] = None
+
+    # -- GPU shares ---------------------------------------------------------------------------------
+    def share_room(self, idx: int, gpu: int, milli: int) -> int | None:
+        """Thousandths left after adding a ``milli`` share to an already-shared GPU (None if it does not fit)."""
+        usage = (self.shares[idx] or {}).get(gpu)
+        if usage is None or usage[0] + milli > MILLI_PER_GPU:
+            return None
+        return MILLI_PER_GPU - usage[0] - milli
+
+    def take_share(self, idx: int, gpu: int, milli: int) -> None:
+        """Take a ``milli`` share of GPU ``gpu`` of node ``idx`` (making it shared if it was free and whole)."""
+        pool = self.pools[self.node_pool[idx]]
+        self._record(idx)
+        shares = self.shares[idx]
+        if shares is None:
+            shares = self.shares[idx] = {}
+        usage = shares.get(gpu)
+        if usage is None:
+            free = self.free[idx]
+            pos = bisect_left(free, gpu)
+            if pos == len(free) or free[pos] != gpu:
+                raise SnapshotError(f"node {self.names[idx]}: GPU {gpu} is not free, cannot share it")
+            usage = shares[gpu] = [0, 0]
+            pool.shared.add((idx, gpu))
+            self._set_free(idx, free[:pos] + free[pos + 1 :])
+        if usage[0] + milli > MILLI_PER_GPU:
+            raise SnapshotError(f"node {self.names[idx]}: GPU {gpu} has no room for a {milli / 1000:g} GPU share")
+        usage[0] += milli
+        usage[1] += 1
+
+    def give_share(self, idx: int, gpu: int, milli: int) -> None:
+        """Release a ``milli`` share; a GPU whose last share is released becomes whole and free."""
+        pool = self.pools[self.node_pool[idx]]
+        self._record(idx)
+        shares = self.shares[idx]
+        assert shares is not None and gpu in shares
+        usage = shares[gpu]
+        usage[0] -= milli
+        usage[1] -= 1
+        if usage[1] == 0:
+            del shares[gpu]
+            pool.shared.discard((idx, gpu))
+            self._set_free(idx, sorted((*self.free[idx], gpu)))
+        if not shares:
+            self.shares[idx] = None

@@ -25,6 +25,7 @@ class PoolInfo:
     mig_profiles: frozenset[str]
     mig: MigGeometry | None
     spec: PoolSpec
+    sharing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,7 @@ class PolicyIndex:
                 mig_profiles=frozenset(pool.mig_profiles),
                 mig=geometry,
                 spec=pool,
+                sharing=pool.gpu_sharing,
             )
         self.tiers = {
             t.name: TierInfo(t.name, t.value, t.preemptible, frozenset(t.may_preempt)) for t in policy.priorities

@@ -1,4 +1,4 @@
-"""Gang placement on one pool: all pods or none, best-fit bin-packing, topology domains, MIG slices.
+"""Gang placement on one pool: all pods or none, best-fit bin-packing, topology domains, MIG slices, GPU shares.
 
 Every function here changes the CapacityIndex as it places; on failure it rolls its own changes back,
 so a caller sees either a full placement or an unchanged index.
@@ -13,7 +13,9 @@ from gpuplane.model.decision import ReasonCode
 from gpuplane.model.workload import TopologyMode
 from gpuplane.scheduler.capacity import CapacityIndex, PoolCapacity
 
-PodSlot = tuple[int, tuple[int, ...], str | None]  # node index, GPU indices, MIG profile
+Part = str | int | None
+"""What a pod holds of its GPUs: None whole GPUs, a MIG profile name (str), or a share in thousandths (int)."""
+PodSlot = tuple[int, tuple[int, ...], Part]  # node index, GPU indices, part
 
 
 @dataclass(slots=True)
@@ -27,13 +29,14 @@ class PlaceResult:
 
 @dataclass(frozen=True, slots=True)
 class Shape:
-    """What to place: ``count`` pods (at least ``required``) of whole GPUs or of one MIG profile."""
+    """What to place: ``count`` pods (at least ``required``) of whole GPUs, of one MIG profile, or of a share."""
 
     count: int
     required: int
     gpus_per_pod: int
     mig_profile: str | None
     topology: TopologyMode
+    gpu_milli: int | None = None
 
 
 def place(cap: CapacityIndex, pool_name: str, shape: Shape) -> PlaceResult:
@@ -41,6 +44,8 @@ def place(cap: CapacityIndex, pool_name: str, shape: Shape) -> PlaceResult:
     pool = cap.pools[pool_name]
     if shape.mig_profile is not None:
         return _place_mig(cap, pool, shape)
+    if shape.gpu_milli is not None:
+        return _place_shared(cap, pool, shape)
     return _place_whole(cap, pool, shape)
 
 
@@ -138,5 +143,39 @@ def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceRes
                 "slices_that_fit": len(slots),
                 "slices_needed": shape.required,
             },
+        )
+    return PlaceResult(slots)
+
+
+def _place_shared(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
+    """Each pod on the already-shared GPU it fills best, else on a fresh GPU of the fullest node (packing
+    shares together keeps whole GPUs free for work that needs them)."""
+    milli = shape.gpu_milli
+    assert milli is not None
+    mark = cap.mark()
+    slots: list[PodSlot] = []
+    for _ in range(shape.count):
+        best: tuple[int, int, int] | None = None
+        for node, gpu in pool.shared:
+            if not cap.schedulable[node]:
+                continue
+            room = cap.share_room(node, gpu, milli)
+            if room is not None and (best is None or (room, node, gpu) < best):
+                best = (room, node, gpu)
+        if best is not None:
+            node, gpu = best[1], best[2]
+        else:
+            fresh = pool.best_fit(1)
+            if fresh is None:
+                break
+            node, gpu = fresh, cap.free[fresh][0]
+        cap.take_share(node, gpu, milli)
+        slots.append((node, (gpu,), milli))
+    if len(slots) < shape.required:
+        cap.rollback(mark)
+        return PlaceResult(
+            None,
+            ReasonCode.INSUFFICIENT_CAPACITY,
+            {"pool": pool.name, "gpu_milli": milli, "shares_that_fit": len(slots), "shares_needed": shape.required},
         )
     return PlaceResult(slots)

@@ -89,7 +89,7 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
 
 def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> bool:
     """Whether free GPUs plus every allowed victim could cover ``r`` at all (a cheap necessary test)."""
-    if r.mig_profile is not None:
+    if r.mig_profile is not None or r.gpu_milli is not None:
         return True
     free = sum(st.cap.pools[p.name].free_gpus() for p in option.pools) * MILLI_PER_GPU
     victims = sum(st.victims.milli_where(name, option.flavor, s.accept) for name, s in sources.items())

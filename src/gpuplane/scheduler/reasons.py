@@ -61,7 +61,12 @@ _TEMPLATES: dict[ReasonCode, str] = {
 def make_reason(code: ReasonCode, details: Mapping[str, Any]) -> Reason:
     """A Reason whose message is the code's template, filled from ``details`` when it is read."""
     template = _TEMPLATES[code]
-    if code is ReasonCode.INSUFFICIENT_CAPACITY and "mig_profile" in details:
+    if code is ReasonCode.INSUFFICIENT_CAPACITY and "gpu_milli" in details:
+        template = (
+            "not enough room on shared GPUs of pool {pool}: {shares_that_fit} share(s) of {gpu_milli} "
+            "thousandths fit, {shares_needed} needed"
+        )
+    elif code is ReasonCode.INSUFFICIENT_CAPACITY and "mig_profile" in details:
         template = (
             "not enough MIG capacity on pool {pool}: {slices_that_fit} {mig_profile} slice(s) fit, "
             "{slices_needed} needed"

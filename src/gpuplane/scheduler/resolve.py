@@ -39,6 +39,7 @@ class _Profile(NamedTuple):
     required: int
     gpus_per_pod: int
     mig_profile: str | None
+    gpu_milli: int | None
     options: list[FlavorOption]
     rejected_pools: dict[str, str]
     preemption_key: tuple[object, ...]
@@ -59,6 +60,7 @@ class Resolved:
     required: int
     gpus_per_pod: int
     mig_profile: str | None
+    gpu_milli: int | None
     options: list[FlavorOption]
     rejected_pools: dict[str, str] = field(default_factory=dict)
     preemption_key: tuple[object, ...] = ()
@@ -102,6 +104,8 @@ def _pool_rejection(w: Workload, pool: PoolInfo, index: PolicyIndex, allow_spot:
         limit = index.policy.checkpoint.spot_max_interval_s
         if w.checkpoint_interval_s is None or w.checkpoint_interval_s > limit:
             return f"spot needs a checkpoint at least every {limit:g} s"
+    if w.pods.gpu_milli is not None and not pool.sharing:
+        return "pool does not share GPUs (gpu_sharing is off), and the pods ask a share of one"
     if w.pods.mig_profile is not None:
         if w.pods.mig_profile not in pool.mig_profiles:
             return f"pool offers no MIG profile {w.pods.mig_profile}"
@@ -129,6 +133,7 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         w.pods.count,
         w.pods.gpus_per_pod,
         w.pods.mig_profile,
+        w.pods.gpu_milli,
         w.pods.min_count,
         w.tolerations,
         tuple(sorted(w.node_selector.items())) if w.node_selector else (),
@@ -168,6 +173,11 @@ def _profile(w: Workload, index: PolicyIndex) -> _Profile:
         raise InvalidWorkload("pods.count must be >= 1 and 1 <= pods.min_count <= pods.count")
     if pods.mig_profile is None and pods.gpus_per_pod < 1:
         raise InvalidWorkload("pods.gpus_per_pod must be >= 1 (or ask for a MIG profile)")
+    if pods.gpu_milli is not None:
+        if not 1 <= pods.gpu_milli < MILLI_PER_GPU:
+            raise InvalidWorkload(f"pods.gpu_milli must be 1-999 (a share of one GPU), got {pods.gpu_milli}")
+        if pods.mig_profile is not None or pods.gpus_per_pod != 1:
+            raise InvalidWorkload("a pod asks either a GPU share (gpu_milli, with gpus_per_pod 1) or a MIG profile")
     if w.pools is not None:
         unknown = set(w.pools) - set(index.pools)
         if unknown:
@@ -176,7 +186,7 @@ def _profile(w: Workload, index: PolicyIndex) -> _Profile:
     preemptible = tier.preemptible and (klass.preemptible if w.preemptible is None else w.preemptible)
     options, rejected = _eligible(w, queue, index, klass.allow_spot)
     topology = w.topology or klass.topology
-    gpus_per_pod = pods.gpus_per_pod if pods.mig_profile is None else 0
+    gpus_per_pod = pods.gpus_per_pod if pods.mig_profile is None and pods.gpu_milli is None else 0
     return _Profile(
         queue=queue,
         tier=tier,
@@ -187,6 +197,7 @@ def _profile(w: Workload, index: PolicyIndex) -> _Profile:
         required=required,
         gpus_per_pod=gpus_per_pod,
         mig_profile=pods.mig_profile,
+        gpu_milli=pods.gpu_milli,
         options=options,
         rejected_pools=rejected,
         preemption_key=(
@@ -195,6 +206,7 @@ def _profile(w: Workload, index: PolicyIndex) -> _Profile:
             options[0].flavor if options else None,
             gpus_per_pod,
             pods.mig_profile,
+            pods.gpu_milli,
             topology,
         ),
     )
@@ -220,6 +232,8 @@ def _eligible(
         if pods.mig_profile is not None:
             assert pool.mig is not None
             milli = pool.mig.quota_milli(pods.mig_profile)
+        elif pods.gpu_milli is not None:
+            milli = pods.gpu_milli
         else:
             milli = pods.gpus_per_pod * MILLI_PER_GPU
         option = options.setdefault(pool.flavor, FlavorOption(pool.flavor, [], milli))

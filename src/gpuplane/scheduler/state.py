@@ -197,6 +197,13 @@ class CycleState:
                 raise SnapshotError(f"running workload {wid}: unknown node '{pod.node}'")
             if self.cap.node_pool[node] != placement.pool:
                 raise SnapshotError(f"running workload {wid}: node {pod.node} is not in pool {placement.pool}")
+            if pod.gpu_milli is not None:
+                if len(pod.gpus) != 1 or not pool.sharing or pod.mig_profile is not None:
+                    raise SnapshotError(f"running workload {wid}: bad GPU share placement {pod}")
+                self.cap.take_share(node, pod.gpus[0], pod.gpu_milli)
+                milli += pod.gpu_milli
+                slots.append((node, tuple(pod.gpus), pod.gpu_milli))
+                continue
             if pod.mig_profile is None:
                 self.cap.take_specific(node, pod.gpus)
                 milli += len(pod.gpus) * MILLI_PER_GPU
@@ -249,19 +256,23 @@ class CycleState:
 
     def free_slots(self, slots: list[PodSlot]) -> None:
         """Give ``slots`` back to the capacity index."""
-        for node, gpus, mig in slots:
-            if mig is None:
+        for node, gpus, part in slots:
+            if part is None:
                 self.cap.give_whole(node, gpus)
+            elif isinstance(part, str):
+                self.cap.give_mig(node, gpus[0], part)
             else:
-                self.cap.give_mig(node, gpus[0], mig)
+                self.cap.give_share(node, gpus[0], part)
 
     def take_slots(self, slots: list[PodSlot]) -> None:
         """Take exactly ``slots`` from the capacity index (they must be free)."""
-        for node, gpus, mig in slots:
-            if mig is None:
+        for node, gpus, part in slots:
+            if part is None:
                 self.cap.take_specific(node, gpus)
+            elif isinstance(part, str):
+                self.cap.take_mig(node, gpus[0], part)
             else:
-                self.cap.take_mig(node, gpus[0], mig)
+                self.cap.take_share(node, gpus[0], part)
 
     def release(self, entry: RunEntry) -> None:
         """Free a running entry's GPUs and quota (tentatively or for real)."""
@@ -281,7 +292,15 @@ class CycleState:
         return Placement(
             pool=pool,
             flavor=flavor,
-            pods=tuple(PodPlacement(names[node], gpus, mig) for node, gpus, mig in slots),
+            pods=tuple(
+                PodPlacement(
+                    names[node],
+                    gpus,
+                    part if isinstance(part, str) else None,
+                    part if isinstance(part, int) else None,
+                )
+                for node, gpus, part in slots
+            ),
         )
 
 

@@ -136,8 +136,11 @@ class SimResult:
     """Jobs whose GPU types (Alibaba's gpu_spec) no pool of the policy has: they may use any pool."""
 
 
-def pods_for(job: TraceJob, gpus_per_node: int) -> PodSet:
-    """A job's GPUs as pods: one pod when it fits a node, else whole-node pods, else one GPU per pod."""
+def pods_for(job: TraceJob, gpus_per_node: int, sharing: bool = False) -> PodSet:
+    """A job's GPUs as pods: one pod when it fits a node, else whole-node pods, else one GPU per pod; a job
+    asking part of one GPU (``gpu_milli`` < 1000) gets a share of one where its pools share GPUs."""
+    if sharing and job.gpus == 1 and job.gpu_milli < 1000:
+        return PodSet(1, 1, gpu_milli=job.gpu_milli)
     if job.gpus <= gpus_per_node:
         return PodSet(1, job.gpus)
     if job.gpus % gpus_per_node == 0:
@@ -180,6 +183,8 @@ class Simulation:
         for pool in self.policy.pools:
             self.pools_by_model.setdefault(pool.gpu_model.lower(), []).append(pool.name)
         self.node_size = {p.name: p.gpus_per_node for p in self.policy.pools}
+        self.shares_gpus = {p.name: p.gpu_sharing for p in self.policy.pools}
+        self.any_sharing = any(self.shares_gpus.values())
         self.untyped_jobs = 0
         self.state = CycleState(self.index, nodes, 0.0)
         self.levels = self.index.level_thresholds_gpu_s
@@ -300,11 +305,12 @@ class Simulation:
         attained = record.attained if self.levels else 0.0
         pools = self._allowed_pools(job)
         node_gpus = max(self.node_size[p] for p in pools) if pools else self.gpus_per_node
+        sharing = any(self.shares_gpus[p] for p in pools) if pools else self.any_sharing
         return Workload(
             id=job.id,
             queue=self.variant.queue_of(job.team),
             klass=WorkloadClass(job.klass),
-            pods=pods_for(job, node_gpus),
+            pods=pods_for(job, node_gpus, sharing),
             pools=pools,
             submit_time=job.submit_s,
             priority=tier,
@@ -342,7 +348,7 @@ class Simulation:
     def _gpus_of(self, placement: Placement) -> float:
         mig = self.index.pools[placement.pool].mig
         sliced = sum(mig.quota_milli(p.mig_profile) / 1000 for p in placement.pods if p.mig_profile is not None and mig)
-        return placement.whole_gpus + sliced
+        return placement.whole_gpus + sliced + placement.shared_milli / 1000
 
     def _stop(self, record: JobRecord, now: float) -> float:
         """Take a job off its GPUs; returns the seconds it ran."""
