@@ -97,12 +97,10 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
 
 
 def _candidates(st: CycleState, option: FlavorOption, sources: dict[str, _Source]) -> Iterator[RunEntry]:
-    """Allowed victims in victim order (tier, lost work, most recent start), merged across queues."""
-    ranked = [st.victims.ranked.get((name, option.flavor), []) for name in sources]
+    """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues."""
+    ranked = [lst for name, s in sources.items() for lst in st.victims.accepted(name, option.flavor, s.accept)]
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
-        if e.evicted or e.queue is None or e.tier is None:
-            continue
-        if sources[e.queue.name].accept(st.victims.standing(e)):
+        if not e.evicted:
             yield e
 
 

@@ -304,7 +304,10 @@ class CycleState:
         )
 
 
-def victim_rank(entry: RunEntry, now: float, level: int = 0) -> tuple[int, int, float, float, str]:
+VictimRank = tuple[int, int, float, float, str]
+
+
+def victim_rank(entry: RunEntry, now: float, level: int = 0) -> VictimRank:
     """Victim order: lowest tier first, then most service received, then least work lost, then latest start."""
     tier = entry.tier.value if entry.tier is not None else 0
     return (tier, -level, entry.lost_work_s(now), -entry.start, entry.id)
@@ -320,14 +323,15 @@ class Standing(NamedTuple):
 
 
 class VictimIndex:
-    """The snapshot's preemptible running work per (queue, flavor), in victim order, with GPU totals by standing.
+    """The snapshot's preemptible running work per (queue, flavor) and standing, in victim order, with GPU
+    totals by standing (a preemptor accepts or refuses whole standings, so refused work is never walked).
 
     Work admitted during the cycle is never a victim, so the index only shrinks as entries are evicted.
     Levels are taken at the cycle's ``now`` (0 for every entry when the policy declares none).
     """
 
     def __init__(self, entries: Iterable[RunEntry], now: float, thresholds_gpu_s: tuple[float, ...] = ()) -> None:
-        self.ranked: dict[tuple[str, str], list[tuple[tuple[int, int, float, float, str], RunEntry]]] = {}
+        self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
         self.levels: dict[str, int] = {}
         for e in entries:
@@ -336,12 +340,19 @@ class VictimIndex:
             level = e.level(now, thresholds_gpu_s)
             self.levels[e.id] = level
             key = (e.queue.name, e.flavor)
-            self.ranked.setdefault(key, []).append((victim_rank(e, now, level), e))
-            by_standing = self.milli.setdefault(key, {})
             standing = Standing(e.tier, level, e.promoted)
+            self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
+            by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
-        for ranked in self.ranked.values():
-            ranked.sort(key=lambda pair: pair[0])
+        for groups in self.ranked.values():
+            for ranked in groups.values():
+                ranked.sort(key=lambda pair: pair[0])
+
+    def accepted(
+        self, queue: str, flavor: str, accept: Callable[[Standing], bool]
+    ) -> list[list[tuple[VictimRank, RunEntry]]]:
+        """The ranked lists of ``queue``'s work on ``flavor`` whose standing ``accept`` takes."""
+        return [ranked for standing, ranked in self.ranked.get((queue, flavor), {}).items() if accept(standing)]
 
     def level(self, entry: RunEntry) -> int:
         """The attained-service level of an indexed entry at the cycle's time."""
