@@ -208,3 +208,19 @@ def test_levels_order_across_queues_or_only_within_each(order, first):
     run = running(p, node_list, [(job("a-running", priority="low"), 0, None)])  # a holds 8 GPUs: higher share
     pending = [job("a-fresh", klass="batch", t=10), served(job("b-served", queue="b", klass="batch", t=10), 3)]
     assert kinds(cycle(p, node_list, pending, run, now=20))[first] == "admit"
+
+
+def test_unprotected_promotion_orders_work_but_lets_its_runs_be_preempted():
+    p = policy(
+        scheduling={
+            "service_levels": {"thresholds_gpu_hours": [1, 10]},
+            "starvation_guard_hours": 1,
+            "starvation_guard_protects_runs": False,
+        }
+    )
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("starved", klass="batch", t=0), 4000, None)])  # promoted at 3,600 s
+    res = cycle(p, node_list, [job("fresh", klass="batch", t=7000)], run, now=8000)
+    assert kinds(res) == {"starved": "preempt", "fresh": "admit"}
+    old = served(job("old", klass="batch", t=0), 2)
+    assert kinds(cycle(p, node_list, [old, job("new", klass="batch", t=50)], now=4600))["old"] == "admit"

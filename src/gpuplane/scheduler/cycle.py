@@ -309,7 +309,7 @@ class _Cycle:
                 checkpoint_interval=r.workload.checkpoint_interval_s,
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
-                promoted=r.promoted,
+                promoted=r.promoted and self.index.protect_promoted,
             )
         )
         details: dict[str, Any] = {

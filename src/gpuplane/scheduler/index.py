@@ -181,4 +181,5 @@ class PolicyIndex:
         self.levels_across_queues = levels is None or levels.order == "across_queues"
         guard = policy.scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
+        self.protect_promoted = policy.scheduling.starvation_guard_protects_runs
         self.profile_cache: dict[tuple[object, ...], Any] = {}

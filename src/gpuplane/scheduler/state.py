@@ -38,7 +38,7 @@ class RunEntry:
     attained_gpu_s: float = 0.0
     """GPU-seconds received before this run started."""
     promoted: bool = False
-    """Started after the starvation guard promoted it: level 0 for its whole run."""
+    """Started after the starvation guard promoted it (and the policy protects such runs): level 0 for its run."""
 
     def level(self, now: float, thresholds_gpu_s: tuple[float, ...]) -> int:
         """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far."""
@@ -218,7 +218,7 @@ class CycleState:
             resolved = resolve(run.workload, self.index)
             queue, tier, preemptible = resolved.queue, resolved.tier, resolved.preemptible
             duration = resolved.duration_s
-            promoted = run.start_time >= resolved.promote_at
+            promoted = self.index.protect_promoted and run.start_time >= resolved.promote_at
         except InvalidWorkload:
             queue, tier, preemptible, promoted = None, None, False, False
             duration = self.index.policy.workload_classes.get(run.workload.klass.value).default_duration_s
