@@ -12,8 +12,8 @@ Allowed victims (and nothing else):
    stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters);
    otherwise, with ``service_levels.preempt_borrowed``, such borrowed work of the preemptor's tier at a
    higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe).
-Work that started after the starvation guard promoted it is spared both the level rule and reclaim at
-its own tier or above: only a higher tier may stop it.
+Work that started after the starvation guard promoted it (where the policy protects such runs) is
+spared both the level rule and reclaim at its own tier or above: only a higher tier may stop it.
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
 """
 
@@ -54,10 +54,13 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     flavor = option.flavor
     by_level = st.index.level_preemption
 
+    def more_served(s: Standing) -> bool:
+        return s.tier == r.tier and not s.promoted and s.level > r.level
+
     def same_queue(s: Standing) -> bool:
         if s.tier.value < r.priority:
             return s.tier.name in r.tier.may_preempt
-        return by_level and s.tier == r.tier and not s.promoted and s.level > r.level
+        return by_level and more_served(s)
 
     sources = {r.queue.name: _Source(r.queue, same_queue)}
     if r.queue.cohort is None:
@@ -70,9 +73,6 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
         if s.tier.value < r.priority:
             return True
         return reclaim == "any" and not s.promoted
-
-    def more_served(s: Standing) -> bool:
-        return s.tier == r.tier and not s.promoted and s.level > r.level
 
     if within_nominal and reclaim != "never":
         accept = reclaimable

@@ -4,9 +4,9 @@ Virtual time only. Events: a job is submitted, a job finishes, a running job's a
 crosses a level threshold (for policies with service levels), a spot node is interrupted (a Poisson
 process per node at its pool's ``spot_interruption_rate_per_hour``, from a stream seeded by the run's
 seed and the node's name), its replacement finishes booting (the pool's ``startup_seconds``), and a
-scheduling cycle. Cycles run
-when something changed and work is pending, at most once per ``cycle_s`` of virtual time, on one
-long-lived scheduler state (``run_cycle``), which decides exactly as a fresh snapshot would.
+scheduling cycle. Cycles run when something changed and work is pending, at most once per ``cycle_s``
+of virtual time, on one long-lived scheduler state (``run_cycle``), which decides exactly as a fresh
+snapshot would.
 
 A job's progress is measured in seconds of work at speed 1.0; on a GPU model of speed s it advances s
 per second. A preempted job keeps the progress of its last checkpoint (every ``checkpoint_interval_s``
@@ -203,7 +203,6 @@ class Simulation:
         self.cycles = 0
         self.decisions = 0
         self.done = 0
-        self.seed = seed
         self.spot = {
             node.name: (rate / 3600.0, pool.startup_seconds, random.Random(f"{seed}/{node.name}"))
             for node in nodes
