@@ -6,6 +6,7 @@ so a caller sees either a full placement or an unchanged index.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,20 +110,29 @@ def _place_whole(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceR
     return PlaceResult(slots)
 
 
-def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
-    profile = shape.mig_profile
-    assert profile is not None and pool.geometry is not None
-    spec = pool.geometry.profiles[profile]
+def _place_parts(
+    cap: CapacityIndex,
+    pool: PoolCapacity,
+    shape: Shape,
+    split: set[tuple[int, int]],
+    room: Callable[[int, int], int | None],
+    take: Callable[[int, int], None],
+    part: Part,
+) -> tuple[list[PodSlot] | None, int]:
+    """Pods that each take a part of one GPU (a MIG slice, a share): each on the already-split GPU it fills
+    best (least ``room`` left), else on a fresh GPU of the fullest node, so whole GPUs stay free for work
+    that needs them. All ``shape.required`` pods or none (then the index is rolled back); also returns how
+    many pods fitted."""
     mark = cap.mark()
     slots: list[PodSlot] = []
     for _ in range(shape.count):
         best: tuple[int, int, int] | None = None
-        for node, gpu in pool.sliced:
+        for node, gpu in split:
             if not cap.schedulable[node]:
                 continue
-            room = cap.mig_room(node, gpu, spec.compute_slices, spec.memory_slices)
-            if room is not None and (best is None or (room, node, gpu) < best):
-                best = (room, node, gpu)
+            left = room(node, gpu)
+            if left is not None and (best is None or (left, node, gpu) < best):
+                best = (left, node, gpu)
         if best is not None:
             node, gpu = best[1], best[2]
         else:
@@ -130,52 +140,52 @@ def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceRes
             if fresh is None:
                 break
             node, gpu = fresh, cap.free[fresh][0]
-        cap.take_mig(node, gpu, profile)
-        slots.append((node, (gpu,), profile))
+        take(node, gpu)
+        slots.append((node, (gpu,), part))
     if len(slots) < shape.required:
         cap.rollback(mark)
+        return None, len(slots)
+    return slots, len(slots)
+
+
+def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
+    profile = shape.mig_profile
+    assert profile is not None and pool.geometry is not None
+    spec = pool.geometry.profiles[profile]
+    slots, fitted = _place_parts(
+        cap,
+        pool,
+        shape,
+        pool.sliced,
+        lambda node, gpu: cap.mig_room(node, gpu, spec.compute_slices, spec.memory_slices),
+        lambda node, gpu: cap.take_mig(node, gpu, profile),
+        profile,
+    )
+    if slots is None:
         return PlaceResult(
             None,
             ReasonCode.INSUFFICIENT_CAPACITY,
-            {
-                "pool": pool.name,
-                "mig_profile": profile,
-                "slices_that_fit": len(slots),
-                "slices_needed": shape.required,
-            },
+            {"pool": pool.name, "mig_profile": profile, "slices_that_fit": fitted, "slices_needed": shape.required},
         )
     return PlaceResult(slots)
 
 
 def _place_shared(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
-    """Each pod on the already-shared GPU it fills best, else on a fresh GPU of the fullest node (packing
-    shares together keeps whole GPUs free for work that needs them)."""
     milli = shape.gpu_milli
     assert milli is not None
-    mark = cap.mark()
-    slots: list[PodSlot] = []
-    for _ in range(shape.count):
-        best: tuple[int, int, int] | None = None
-        for node, gpu in pool.shared:
-            if not cap.schedulable[node]:
-                continue
-            room = cap.share_room(node, gpu, milli)
-            if room is not None and (best is None or (room, node, gpu) < best):
-                best = (room, node, gpu)
-        if best is not None:
-            node, gpu = best[1], best[2]
-        else:
-            fresh = pool.best_fit(1)
-            if fresh is None:
-                break
-            node, gpu = fresh, cap.free[fresh][0]
-        cap.take_share(node, gpu, milli)
-        slots.append((node, (gpu,), milli))
-    if len(slots) < shape.required:
-        cap.rollback(mark)
+    slots, fitted = _place_parts(
+        cap,
+        pool,
+        shape,
+        pool.shared,
+        lambda node, gpu: cap.share_room(node, gpu, milli),
+        lambda node, gpu: cap.take_share(node, gpu, milli),
+        milli,
+    )
+    if slots is None:
         return PlaceResult(
             None,
             ReasonCode.INSUFFICIENT_CAPACITY,
-            {"pool": pool.name, "gpu_milli": milli, "shares_that_fit": len(slots), "shares_needed": shape.required},
+            {"pool": pool.name, "gpu_milli": milli, "shares_that_fit": fitted, "shares_needed": shape.required},
         )
     return PlaceResult(slots)
