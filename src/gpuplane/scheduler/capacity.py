@@ -192,6 +192,21 @@ class CapacityIndex:
         self._record(idx)
         self._set_free(idx, sorted((*self.free[idx], *gpus)))
 
+    # -- GPUs split into parts (MIG slices, shares) ---------------------------------------------------
+    def _split(self, idx: int, gpu: int, split: set[tuple[int, int]], busy: str) -> None:
+        """Take free whole GPU ``gpu`` of node ``idx`` out of the free set to hold parts; SnapshotError if busy."""
+        free = self.free[idx]
+        pos = bisect_left(free, gpu)
+        if pos == len(free) or free[pos] != gpu:
+            raise SnapshotError(f"node {self.names[idx]}: GPU {gpu} {busy}")
+        split.add((idx, gpu))
+        self._set_free(idx, free[:pos] + free[pos + 1 :])
+
+    def _unsplit(self, idx: int, gpu: int, split: set[tuple[int, int]]) -> None:
+        """The last part of GPU ``gpu`` was released: it is whole and free again."""
+        split.discard((idx, gpu))
+        self._set_free(idx, sorted((*self.free[idx], gpu)))
+
     # -- MIG slices ---------------------------------------------------------------------------------
     def mig_room(self, idx: int, gpu: int, compute: int, memory: int) -> int | None:
         """Compute slices left after adding this slice to an already-sliced GPU (None if it does not fit)."""
@@ -216,13 +231,8 @@ class CapacityIndex:
             mig = self.mig[idx] = {}
         usage = mig.get(gpu)
         if usage is None:
-            free = self.free[idx]
-            pos = bisect_left(free, gpu)
-            if pos == len(free) or free[pos] != gpu:
-                raise SnapshotError(f"node {self.names[idx]}: GPU {gpu} is whole-allocated, cannot slice it")
+            self._split(idx, gpu, pool.sliced, "is whole-allocated, cannot slice it")
             usage = mig[gpu] = [0, 0, 0]
-            pool.sliced.add((idx, gpu))
-            self._set_free(idx, free[:pos] + free[pos + 1 :])
         if usage[0] + spec.compute_slices > geometry.compute_slices or (
             usage[1] + spec.memory_slices > geometry.memory_slices
         ):
@@ -245,8 +255,7 @@ class CapacityIndex:
         usage[2] -= 1
         if usage[2] == 0:
             del mig[gpu]
-            pool.sliced.discard((idx, gpu))
-            self._set_free(idx, sorted((*self.free[idx], gpu)))
+            self._unsplit(idx, gpu, pool.sliced)
         if not mig:
             self.mig[idx] = None
 
@@ -267,13 +276,8 @@ class CapacityIndex:
             shares = self.shares[idx] = {}
         usage = shares.get(gpu)
         if usage is None:
-            free = self.free[idx]
-            pos = bisect_left(free, gpu)
-            if pos == len(free) or free[pos] != gpu:
-                raise SnapshotError(f"node {self.names[idx]}: GPU {gpu} is not free, cannot share it")
+            self._split(idx, gpu, pool.shared, "is not free, cannot share it")
             usage = shares[gpu] = [0, 0]
-            pool.shared.add((idx, gpu))
-            self._set_free(idx, free[:pos] + free[pos + 1 :])
         if usage[0] + milli > MILLI_PER_GPU:
             raise SnapshotError(f"node {self.names[idx]}: GPU {gpu} has no room for a {milli / 1000:g} GPU share")
         usage[0] += milli
@@ -290,7 +294,6 @@ class CapacityIndex:
         usage[1] -= 1
         if usage[1] == 0:
             del shares[gpu]
-            pool.shared.discard((idx, gpu))
-            self._set_free(idx, sorted((*self.free[idx], gpu)))
+            self._unsplit(idx, gpu, pool.shared)
         if not shares:
             self.shares[idx] = None
