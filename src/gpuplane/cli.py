@@ -11,6 +11,7 @@ from importlib import resources
 from rich.console import Console
 from rich.table import Table
 
+from gpuplane.export.model import ExportError
 from gpuplane.io.policy_file import load_policy
 from gpuplane.io.snapshot_file import load_snapshot
 from gpuplane.model import DecisionKind
@@ -190,6 +191,52 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    """Compile the policy to Kubernetes manifests in a directory and list what the stack cannot express."""
+    from gpuplane.export import ExportOptions, export_kubernetes
+    from gpuplane.export.nodes import NodeClass
+    from gpuplane.io.manifests import write_bundle
+
+    policy = load_policy(args.policy)
+    group, _, rest = args.node_class.partition("/")
+    kind, _, name = rest.partition("/")
+    if not (group and kind and name):
+        print(
+            f"error: --node-class '{args.node_class}': expected GROUP/KIND/NAME, "
+            "e.g. karpenter.k8s.aws/EC2NodeClass/gpu",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    options = ExportOptions(
+        node_autoscaler=args.node_autoscaler,
+        inference_autoscaler=args.inference_autoscaler,
+        serving_metrics=args.serving_metrics,
+        prometheus_url=args.prometheus_url,
+        node_class=NodeClass(group, kind, name),
+    )
+    bundle = export_kubernetes(policy, options)
+    written = write_bundle(bundle, args.output, policy.name)
+    kinds: dict[str, int] = {}
+    for manifest in bundle.manifests:
+        if manifest.kind:
+            kinds[manifest.kind] = kinds.get(manifest.kind, 0) + 1
+    console.print(
+        f"[green]{len(written)} files written to {args.output}[/green]: "
+        + ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+    )
+    if bundle.warnings:
+        console.print(
+            f"[yellow]{len(bundle.warnings)} policy features the stack cannot express exactly[/yellow] "
+            f"(also in {args.output}/NOTES.md):"
+        )
+        for warning in bundle.warnings:
+            console.print(f"  - {warning.render()}", highlight=False, markup=False)
+    if args.strict and bundle.warnings:
+        print("error: --strict: the export is not exact (see the warnings above)", file=sys.stderr)
+        return EXIT_INVALID
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpuplane`` command."""
     parser = argparse.ArgumentParser(prog="gpuplane", description=__doc__)
@@ -240,6 +287,30 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", help="write every figure to this JSON file")
     sim.add_argument("--html", help="write a report with plots to this HTML file")
     sim.set_defaults(func=cmd_simulate)
+    export = sub.add_parser("export", help="compile the policy to another stack")
+    export.add_argument("target", choices=("kubernetes",), help="the stack to compile to")
+    export.add_argument("policy")
+    export.add_argument("-o", "--output", required=True, help="directory for the manifests (created if missing)")
+    export.add_argument("--node-autoscaler", choices=("karpenter", "cluster-autoscaler"), default="karpenter")
+    export.add_argument("--inference-autoscaler", choices=("keda", "hpa"), default="keda")
+    export.add_argument(
+        "--serving-metrics",
+        choices=("vllm", "tgi"),
+        default="vllm",
+        help="metric names of the inference servers (default vllm)",
+    )
+    export.add_argument(
+        "--prometheus-url",
+        default="http://prometheus-operated.monitoring.svc:9090",
+        help="Prometheus the KEDA triggers query",
+    )
+    export.add_argument(
+        "--node-class",
+        default="karpenter.k8s.aws/EC2NodeClass/gpu",
+        help="GROUP/KIND/NAME of the Karpenter node class (default karpenter.k8s.aws/EC2NodeClass/gpu)",
+    )
+    export.add_argument("--strict", action="store_true", help="exit 2 when any policy feature is not exactly expressed")
+    export.set_defaults(func=cmd_export)
     demo = sub.add_parser("demo", help="schedule the bundled example platform and explain its decisions")
     demo.set_defaults(func=cmd_demo)
     return parser
@@ -251,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     try:
         code: int = args.func(args, console)
-    except (PolicyError, SnapshotError, TraceError, SetupError) as exc:
+    except (PolicyError, SnapshotError, TraceError, SetupError, ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return code

@@ -5,21 +5,18 @@ Field-by-field documentation lives in docs/policy.md; cross-field rules live in 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9.\-]*[a-z0-9])?$")]
-ClassName = Literal["training", "batch", "inference"]
+from gpuplane.policy.schema_base import ClassName, Name, _Spec
+from gpuplane.policy.schema_serving import AlertsSpec, ServiceSpec
+
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 def _batch_classes() -> list[ClassName]:
     return ["training", "batch"]
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class MigSpec(_Spec):
@@ -46,6 +43,12 @@ class TopologySpec(_Spec):
     domain_label: str = "gpuplane.io/topology-domain"
 
 
+class ScaleDownSpec(_Spec):
+    after_s: float = Field(600.0, ge=0)
+    utilization_below: float = Field(0.5, ge=0, le=1)
+    enabled: bool = True
+
+
 class PoolSpec(_Spec):
     name: Name
     gpu_model: Name
@@ -66,6 +69,8 @@ class PoolSpec(_Spec):
     workload_classes: list[ClassName] = Field(default_factory=lambda: _batch_classes(), min_length=1)
     mig_profiles: list[str] = Field(default_factory=list)
     gpu_sharing: bool = False
+    instance_types: list[str] = Field(default_factory=list)
+    scale_down: ScaleDownSpec = Field(default_factory=lambda: ScaleDownSpec())
 
     @property
     def flavor_name(self) -> str:
@@ -183,6 +188,8 @@ class PolicySpec(_Spec):
     workload_classes: WorkloadClassesSpec = Field(default_factory=WorkloadClassesSpec)
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    services: list[ServiceSpec] = Field(default_factory=list)
+    alerts: AlertsSpec = Field(default_factory=lambda: AlertsSpec())
 
     def pool(self, name: str) -> PoolSpec:
         """The pool by name (KeyError when unknown)."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from gpuplane.model.gpu import parse_mig_profile
 from gpuplane.policy.errors import PolicyIssue
 from gpuplane.policy.schema import PolicySpec
+from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec
 
 
 def _one_of(names: Iterable[str]) -> str:
@@ -18,13 +19,23 @@ def _one_of(names: Iterable[str]) -> str:
 def check_policy(policy: PolicySpec) -> list[PolicyIssue]:
     """Every cross-field problem of an otherwise well-typed policy, in file order."""
     issues: list[PolicyIssue] = []
-    for check in (_unique_names, _gpu_models, _pools, _flavor_models, _teams, _capacity, _priorities, _service_levels):
+    for check in (
+        _unique_names,
+        _gpu_models,
+        _pools,
+        _flavor_models,
+        _teams,
+        _capacity,
+        _priorities,
+        _service_levels,
+        _services,
+    ):
         issues.extend(check(policy))
     return issues
 
 
 def _unique_names(policy: PolicySpec) -> Iterator[PolicyIssue]:
-    for section in ("gpu_models", "pools", "teams", "priorities"):
+    for section in ("gpu_models", "pools", "teams", "priorities", "services"):
         seen: set[str] = set()
         for index, item in enumerate(getattr(policy, section)):
             if item.name in seen:
@@ -222,3 +233,73 @@ def _service_levels(policy: PolicySpec) -> Iterator[PolicyIssue]:
                 else f"threshold {value:g} is not positive",
                 "list positive GPU-hour thresholds in increasing order, e.g. [1, 10, 100]",
             )
+
+
+def _services(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    teams = {t.name: t for t in policy.teams}
+    pools = {p.name: p for p in policy.pools}
+    tiers = {t.name for t in policy.priorities}
+    for index, service in enumerate(policy.services):
+        path = ("services", index)
+        team = teams.get(service.team)
+        if team is None:
+            yield PolicyIssue((*path, "team"), f"unknown team '{service.team}'", _one_of(teams))
+            continue
+        serving = [pools[name] for name in team.pools if name in pools and "inference" in pools[name].workload_classes]
+        if not serving:
+            yield PolicyIssue(
+                (*path, "team"),
+                f"team '{team.name}' has no pool that takes inference work",
+                f"add a pool with workload_classes [inference] to teams[{team.name}].pools",
+            )
+        elif service.mig_profile is not None:
+            offered = {profile for pool in serving for profile in pool.mig_profiles}
+            if service.mig_profile not in offered:
+                yield PolicyIssue(
+                    (*path, "mig_profile"),
+                    f"none of team '{team.name}''s inference pools offers MIG profile '{service.mig_profile}'",
+                    _one_of(offered) if offered else "add mig_profiles to an inference pool, or remove mig_profile",
+                )
+            if service.gpus_per_replica != 1:
+                yield PolicyIssue(
+                    (*path, "gpus_per_replica"),
+                    "gpus_per_replica with a mig_profile: a replica gets one MIG slice",
+                    "remove gpus_per_replica, or remove mig_profile",
+                )
+        elif service.gpus_per_replica > max(pool.gpus_per_node for pool in serving):
+            yield PolicyIssue(
+                (*path, "gpus_per_replica"),
+                f"{service.gpus_per_replica} GPUs per replica, but the team's inference nodes have at most "
+                f"{max(pool.gpus_per_node for pool in serving)}",
+                "lower gpus_per_replica, or add an inference pool with bigger nodes",
+            )
+        if service.priority is not None and service.priority not in tiers:
+            yield PolicyIssue((*path, "priority"), f"unknown priority tier '{service.priority}'", _one_of(tiers))
+        yield from _replica_autoscaling(service.autoscaling, (*path, "autoscaling"))
+
+
+def _replica_autoscaling(spec: ReplicaAutoscalingSpec, path: tuple[str | int, ...]) -> Iterator[PolicyIssue]:
+    if spec.min_replicas > spec.max_replicas:
+        yield PolicyIssue(
+            (*path, "min_replicas"),
+            f"min_replicas {spec.min_replicas} is above max_replicas {spec.max_replicas}",
+            "lower min_replicas or raise max_replicas",
+        )
+    signals = (
+        spec.target_rps_per_replica,
+        spec.target_queue_depth_per_replica,
+        spec.target_gpu_utilization,
+        spec.min_gpu_memory_headroom,
+    )
+    if not spec.scale_on_latency and all(signal is None for signal in signals):
+        yield PolicyIssue(
+            path,
+            "no scaling signal: scale_on_latency is false and no target is set",
+            "set target_rps_per_replica (or another target), or scale_on_latency: true",
+        )
+    if spec.panic_window_s >= spec.stable_window_s:
+        yield PolicyIssue(
+            (*path, "panic_window_s"),
+            f"panic window {spec.panic_window_s:g} s is not shorter than the stable window {spec.stable_window_s:g} s",
+            "use a panic window of about a tenth of stable_window_s (Knative's default is 6 s of 60 s)",
+        )

@@ -1,0 +1,78 @@
+"""Kubernetes core objects: team Namespaces, PriorityClasses, ResourceQuotas, and Kueue's own settings."""
+
+from __future__ import annotations
+
+from gpuplane.export.model import ExportBundle, Obj
+from gpuplane.export.view import GPU, TEAM_LABEL, PolicyView, metadata, mig_resource
+
+MAX_USER_PRIORITY = 1_000_000_000
+
+
+def emit_core(view: PolicyView, bundle: ExportBundle) -> None:
+    """Namespaces and ResourceQuotas per team, PriorityClasses per tier."""
+    for team in view.policy.teams:
+        ns = view.namespace(team.name)
+        bundle.add(
+            "namespaces.yaml",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata(ns, **{TEAM_LABEL: team.name})},
+        )
+        hard: dict[str, str] = {}
+        flavors = view.team_flavors(team)
+        most = sum(view.team_max_gpus(team, f) for f in flavors)
+        if team.max_gpus is not None:
+            most = min(most, team.max_gpus)
+        hard[f"requests.{GPU}"] = str(most)
+        for profile in sorted({p for f in flavors for p in view.flavors[f].mig_slices_per_gpu}):
+            slices = sum(
+                view.team_max_gpus(team, f) * view.flavors[f].mig_slices_per_gpu.get(profile, 0) for f in flavors
+            )
+            hard[f"requests.{mig_resource(profile)}"] = str(slices)
+        bundle.add(
+            "namespaces.yaml",
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": metadata("gpuplane-gpus", ns, **{TEAM_LABEL: team.name}),
+                "spec": {"hard": hard},
+            },
+        )
+    default = view.policy.default_priority
+    for _index, tier in enumerate(view.policy.priorities):
+        if abs(tier.value) > MAX_USER_PRIORITY:
+            bundle.warn(
+                f"priorities[{tier.name}].value",
+                "priority values above one billion",
+                "Kubernetes reserves them for system PriorityClasses; the value is clamped",
+                "approximated",
+            )
+        body: Obj = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": metadata(tier.name),
+            "value": max(-MAX_USER_PRIORITY, min(MAX_USER_PRIORITY, tier.value)),
+            "globalDefault": tier.name == default,
+            "preemptionPolicy": "PreemptLowerPriority" if tier.may_preempt else "Never",
+            "description": f"gpuplane tier '{tier.name}'; Kueue decides queue-level preemption with the "
+            "WorkloadPriorityClass of the same name",
+        }
+        bundle.add("priorityclasses.yaml", body)
+
+
+def kueue_configuration(view: PolicyView) -> Obj:
+    """The parts of Kueue's manager Configuration the policy depends on (merged into the installed config)."""
+    scheduling = view.policy.scheduling
+    config: Obj = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "waitForPodsReady": {
+            "enable": True,
+            "timeout": "10m",
+            "blockAdmission": True,
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60},
+        },
+        "metrics": {"enableClusterQueueResources": True},
+        "integrations": {"frameworks": ["batch/job", "pod", "deployment", "kubeflow.org/pytorchjob", "ray.io/rayjob"]},
+    }
+    if scheduling.fair_sharing:
+        config["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    return config

@@ -1,0 +1,198 @@
+"""Example team Jobs per workload class, and a Deployment, Service and ServiceMonitor per inference service.
+
+Each carries what gpuplane would decide for it: the team's LocalQueue and the class's priority, tolerations
+for the pools the class may use, a node selector for a single eligible pool, GPUs or a MIG slice, the CPU and
+memory that come with them, a checkpoint grace period, and do-not-disrupt marks for non-preemptible work.
+"""
+
+from __future__ import annotations
+
+from gpuplane.export.model import ExportBundle, Obj
+from gpuplane.export.view import (
+    CLASS_LABEL,
+    FLAVOR_LABEL,
+    GPU,
+    POOL_LABEL,
+    PRIORITY_LABEL,
+    QUEUE_NAME_LABEL,
+    TEAM_LABEL,
+    PolicyView,
+    metadata,
+    mig_resource,
+)
+from gpuplane.policy.schema import PoolSpec, TeamSpec
+from gpuplane.policy.schema_serving import ServiceSpec
+
+DEFAULT_IMAGE = "ghcr.io/your-org/your-image:tag"
+_TOPOLOGY_ANNOTATION = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
+
+
+def _tolerations(pools: list[PoolSpec]) -> list[Obj]:
+    seen: dict[tuple[str, str, str], Obj] = {}
+    for pool in pools:
+        for taint in pool.taints:
+            toleration: Obj = {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+            if not taint.value:
+                toleration = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+            seen[(taint.key, taint.value, taint.effect)] = toleration
+    return list(seen.values())
+
+
+def _node_selector(pools: list[PoolSpec]) -> dict[str, str]:
+    if len(pools) == 1:
+        return {POOL_LABEL: pools[0].name}
+    flavors = {p.flavor_name for p in pools}
+    return {FLAVOR_LABEL: flavors.pop()} if len(flavors) == 1 else {}
+
+
+def _requests(view: PolicyView, pools: list[PoolSpec], gpus: int, mig_profile: str | None) -> dict[str, str]:
+    shape = view.flavors[pools[0].flavor_name]
+    if mig_profile is not None:
+        per_slice = max(1, shape.mig_slices_per_gpu.get(mig_profile, 1))
+        cpu = max(1, shape.cpu_per_gpu * 9 // 10 // per_slice)
+        memory = max(1, shape.memory_gib_per_gpu * 9 // 10 // per_slice)
+        return {"cpu": str(cpu), "memory": f"{memory}Gi", mig_resource(mig_profile): "1"}
+    cpu = max(1, shape.cpu_per_gpu * gpus * 9 // 10)
+    memory = max(1, shape.memory_gib_per_gpu * gpus * 9 // 10)
+    return {"cpu": str(cpu), "memory": f"{memory}Gi", GPU: str(gpus)}
+
+
+def _pod_metadata(view: PolicyView, team: TeamSpec, klass: str, preemptible: bool) -> Obj:
+    annotations = {}
+    if not preemptible:
+        annotations = {"karpenter.sh/do-not-disrupt": "true", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+    return {"labels": {TEAM_LABEL: team.name, CLASS_LABEL: klass}, "annotations": annotations}
+
+
+def emit_examples(view: PolicyView, bundle: ExportBundle) -> None:
+    """One example Job per team and batch-like class it can run, shaped as gpuplane would place it."""
+    grace = int(view.policy.scheduling.preemption.grace_period_s)
+    for team in view.policy.teams:
+        for klass in ("training", "batch"):
+            pools = view.pools_for_class(team, klass)
+            if not pools:
+                continue
+            spec = view.policy.workload_classes.get(klass)
+            if not spec.allow_spot:
+                pools = [p for p in pools if p.capacity_type != "spot"] or pools
+            gpus = pools[0].gpus_per_node
+            nodes = 2 if spec.gang else 1
+            pod_meta = _pod_metadata(view, team, klass, spec.preemptible)
+            topology_label = next((p.topology.domain_label for p in pools if p.topology is not None), None)
+            if nodes > 1 and topology_label and spec.topology in _TOPOLOGY_ANNOTATION:
+                pod_meta["annotations"][_TOPOLOGY_ANNOTATION[spec.topology]] = topology_label
+            container: Obj = {
+                "name": klass,
+                "image": DEFAULT_IMAGE,
+                "command": ["python", "train.py"],
+                "env": [{"name": "GPUPLANE_CHECKPOINT_DIR", "value": f"/checkpoints/{team.name}"}],
+                "resources": {"requests": _requests(view, pools, gpus, None), "limits": {GPU: str(gpus)}},
+            }
+            pod_spec: Obj = {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": grace,
+                "containers": [container],
+            }
+            tolerations = _tolerations(pools)
+            if tolerations:
+                pod_spec["tolerations"] = tolerations
+            selector = _node_selector(pools)
+            if selector:
+                pod_spec["nodeSelector"] = selector
+            job = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": metadata(
+                    f"example-{klass}",
+                    view.namespace(team.name),
+                    **{QUEUE_NAME_LABEL: team.name, PRIORITY_LABEL: view.tier_of_class(klass)},
+                ),
+                "spec": {
+                    "suspend": True,
+                    "parallelism": nodes,
+                    "completions": nodes,
+                    "completionMode": "Indexed",
+                    "backoffLimit": 0,
+                    "template": {"metadata": pod_meta, "spec": pod_spec},
+                },
+            }
+            bundle.add(f"examples/{team.name}-{klass}-job.yaml", job)
+
+
+def emit_services(view: PolicyView, bundle: ExportBundle) -> None:
+    """Deployment, Service and ServiceMonitor for every inference service of the policy."""
+    for service in view.policy.services:
+        team = view.teams[service.team]
+        pools = view.pools_for_class(team, "inference")
+        if service.mig_profile is not None:
+            pools = [p for p in pools if service.mig_profile in p.mig_profiles]
+        bundle.add("services.yaml", *_service_objects(view, team, service, pools))
+        if service.image is None:
+            bundle.warn(
+                f"services[{service.name}].image",
+                "the container image",
+                f"the policy names no image; the Deployment uses '{DEFAULT_IMAGE}', replace it before applying",
+                "approximated",
+            )
+
+
+def _service_objects(view: PolicyView, team: TeamSpec, service: ServiceSpec, pools: list[PoolSpec]) -> list[Obj]:
+    ns = view.namespace(team.name)
+    app = {"app.kubernetes.io/name": service.name}
+    tier = service.priority or view.tier_of_class("inference")
+    requests = _requests(view, pools, service.gpus_per_replica, service.mig_profile)
+    limits = {k: v for k, v in requests.items() if k.startswith("nvidia.com/")}
+    pod_meta = _pod_metadata(view, team, "inference", view.policy.workload_classes.inference.preemptible)
+    pod_meta["labels"].update(app)
+    pod_spec: Obj = {
+        "containers": [
+            {
+                "name": "server",
+                "image": service.image or DEFAULT_IMAGE,
+                "ports": [{"name": "http", "containerPort": service.port}],
+                "resources": {"requests": requests, "limits": limits},
+                "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+                "startupProbe": {
+                    "httpGet": {"path": "/health", "port": "http"},
+                    "periodSeconds": 10,
+                    "failureThreshold": max(3, int(service.replica_startup_s * 2 // 10) + 1),
+                },
+            }
+        ],
+        "priorityClassName": tier,
+    }
+    tolerations = _tolerations(pools)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    selector = _node_selector(pools)
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(service.name, ns, **{QUEUE_NAME_LABEL: team.name, PRIORITY_LABEL: tier, **app}),
+        "spec": {
+            "replicas": service.autoscaling.min_replicas,
+            "selector": {"matchLabels": app},
+            "template": {"metadata": pod_meta, "spec": pod_spec},
+        },
+    }
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(service.name, ns, **app),
+        "spec": {"selector": app, "ports": [{"name": "http", "port": service.port, "targetPort": "http"}]},
+    }
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": metadata(service.name, ns, **app),
+        "spec": {
+            "selector": {"matchLabels": app},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+    return [deployment, svc, monitor]

@@ -1,0 +1,107 @@
+"""Policy sections for inference services (SLO, replica autoscaling) and for alert thresholds.
+
+Defaults follow what users of the Kubernetes stack already know: the replica autoscaler's tolerance and
+scale-up/scale-down rules are HPA v2's defaults, the panic window and threshold are Knative's. Every field
+is documented in docs/policy.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gpuplane.policy.schema_base import Name, _Spec
+
+Severity = Literal["info", "warning", "critical"]
+
+
+class ScalingRulesSpec(_Spec):
+    stabilization_s: float = Field(ge=0, le=3600)
+    max_percent_per_period: int | None = Field(None, ge=1)
+    max_replicas_per_period: int | None = Field(None, ge=1)
+    period_s: float = Field(15.0, gt=0, le=1800)
+
+
+def _hpa_scale_up() -> ScalingRulesSpec:
+    return ScalingRulesSpec(stabilization_s=0, max_percent_per_period=100, max_replicas_per_period=4, period_s=15)
+
+
+def _hpa_scale_down() -> ScalingRulesSpec:
+    return ScalingRulesSpec(stabilization_s=300, max_percent_per_period=100, period_s=15)
+
+
+class ReplicaAutoscalingSpec(_Spec):
+    min_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(ge=1)
+    scale_to_zero: bool = False
+    target_rps_per_replica: float | None = Field(None, gt=0)
+    target_queue_depth_per_replica: float | None = Field(None, gt=0)
+    target_gpu_utilization: float | None = Field(None, gt=0, le=1)
+    min_gpu_memory_headroom: float | None = Field(None, gt=0, lt=1)
+    scale_on_latency: bool = True
+    tolerance: float = Field(0.1, ge=0, lt=1)
+    scale_up: ScalingRulesSpec = Field(default_factory=_hpa_scale_up)
+    scale_down: ScalingRulesSpec = Field(default_factory=_hpa_scale_down)
+    stable_window_s: float = Field(60.0, gt=0)
+    panic_window_s: float = Field(6.0, gt=0)
+    panic_threshold: float = Field(2.0, gt=1)
+    predictive: bool = False
+    idle_before_zero_s: float = Field(300.0, gt=0)
+    metrics_interval_s: float = Field(15.0, gt=0, le=600)
+
+
+class SloSpec(_Spec):
+    latency_ms: float = Field(gt=0)
+    percentile: Literal[50, 90, 95, 99] = 99
+    attainment: float = Field(0.999, gt=0, lt=1)
+
+
+class ServiceSpec(_Spec):
+    name: Name
+    team: Name
+    gpus_per_replica: int = Field(1, ge=1, le=16)
+    mig_profile: str | None = None
+    priority: Name | None = None
+    replica_startup_s: float = Field(120.0, ge=0)
+    slo: SloSpec
+    autoscaling: ReplicaAutoscalingSpec
+    image: str | None = None
+    port: int = Field(8000, ge=1, le=65535)
+
+
+class PendingJobsAlert(_Spec):
+    above: int = Field(50, ge=0)
+    for_minutes: float = Field(15.0, gt=0)
+    severity: Severity = "warning"
+
+
+class QueueWaitAlert(_Spec):
+    p95_above_minutes: float = Field(60.0, gt=0)
+    for_minutes: float = Field(15.0, gt=0)
+    severity: Severity = "warning"
+
+
+class InferenceSloAlert(_Spec):
+    for_minutes: float = Field(5.0, gt=0)
+    severity: Severity = "critical"
+
+
+class NodeProvisioningAlert(_Spec):
+    for_minutes: float = Field(15.0, gt=0)
+    severity: Severity = "warning"
+
+
+class LowGpuUtilizationAlert(_Spec):
+    below: float = Field(0.3, gt=0, lt=1)
+    for_minutes: float = Field(60.0, gt=0)
+    min_cost_per_hour: float = Field(0.0, ge=0)
+    severity: Severity = "warning"
+
+
+class AlertsSpec(_Spec):
+    pending_jobs: PendingJobsAlert | None = Field(default_factory=PendingJobsAlert)
+    queue_wait: QueueWaitAlert | None = Field(default_factory=QueueWaitAlert)
+    inference_slo: InferenceSloAlert | None = Field(default_factory=InferenceSloAlert)
+    node_provisioning: NodeProvisioningAlert | None = Field(default_factory=NodeProvisioningAlert)
+    low_gpu_utilization: LowGpuUtilizationAlert | None = Field(default_factory=LowGpuUtilizationAlert)
