@@ -32,6 +32,13 @@ class NodeClass:
         return self.group == "karpenter.k8s.aws"
 
 
+def _price_ranks(pools: list[PoolSpec], top: int) -> dict[str, int]:
+    """Preference per pool from ``top`` (cheapest GPU-hour) down to 1; pools of equal price rank equal."""
+    prices = sorted({p.price_per_node_hour / p.gpus_per_node for p in pools})
+    step = (top - 1) / max(1, len(prices) - 1)
+    return {p.name: top - round(step * prices.index(p.price_per_node_hour / p.gpus_per_node)) for p in pools}
+
+
 def _hosts_nonpreemptible(view: PolicyView, pool: PoolSpec) -> bool:
     return any(not view.policy.workload_classes.get(k).preemptible for k in pool.workload_classes)
 
@@ -42,8 +49,7 @@ def _node_labels(pool: PoolSpec) -> dict[str, str]:
 
 def emit_karpenter(view: PolicyView, bundle: ExportBundle, node_class: NodeClass) -> None:
     """One or two NodePools per pool, with requirements, taints, limits and disruption from the policy."""
-    cheapest = sorted(view.policy.pools, key=lambda p: p.price_per_node_hour / p.gpus_per_node)
-    weight = {pool.name: 10 * (len(cheapest) - rank) for rank, pool in enumerate(cheapest)}
+    weight = _price_ranks(view.policy.pools, top=100)
     for _index, pool in enumerate(view.policy.pools):
         field = f"pools[{pool.name}]"
         requirements: list[Obj] = [
@@ -160,8 +166,9 @@ def _pool_warnings(bundle: ExportBundle, field: str, pool: PoolSpec, protect: bo
 def emit_cluster_autoscaler(view: PolicyView, bundle: ExportBundle) -> None:
     """Node groups for Cluster Autoscaler: a priority-expander ConfigMap (cheapest GPU first) and, per pool,
     the --nodes flag and the node-group tags that give labels, taints, GPUs and scale-down options."""
-    by_price = sorted(view.policy.pools, key=lambda p: p.price_per_node_hour / p.gpus_per_node)
-    priorities = {10 * (len(by_price) - rank): [f".*{pool.name}.*"] for rank, pool in enumerate(by_price)}
+    priorities: dict[int, list[str]] = {}
+    for name, rank in _price_ranks(view.policy.pools, top=100).items():
+        priorities.setdefault(rank, []).append(f".*{name}.*")
     lines = [f"{prio}:\n" + "".join(f"  - {regex}\n" for regex in regexes) for prio, regexes in priorities.items()]
     bundle.add(
         "cluster-autoscaler.yaml",
