@@ -75,6 +75,7 @@ def policies(draw):
         "preemption": {
             "enabled": draw(st.booleans()),
             "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"])),
+            "spare_oldest_within_nominal": draw(st.booleans()),
         },
     }
     if draw(st.booleans()):

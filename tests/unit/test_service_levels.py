@@ -224,3 +224,24 @@ def test_unprotected_promotion_orders_work_but_lets_its_runs_be_preempted():
     assert kinds(res) == {"starved": "preempt", "fresh": "admit"}
     old = served(job("old", klass="batch", t=0), 2)
     assert kinds(cycle(p, node_list, [old, job("new", klass="batch", t=50)], now=4600))["old"] == "admit"
+
+
+@pytest.mark.parametrize(("spare", "expected"), [(False, {"b0", "b1", "b2", "b3"}), (True, {"b4", "b5"})])
+def test_sparing_the_oldest_runs_within_nominal_takes_a_borrowing_queues_newest_work(spare, expected):
+    p = policy(
+        teams=teams_with_an_idle_lender(),
+        scheduling={
+            "service_levels": {"thresholds_gpu_hours": [1, 12], "preempt_borrowed": True},
+            "preemption": {"spare_oldest_within_nominal": spare},
+        },
+    )
+    node_list = nodes(p, train=10)
+    a_jobs = [(job(f"a{i}", priority="low"), 0, None) for i in range(4)]
+    # b runs 48 GPUs on a nominal of 32: four runs started first (its nominal core), two later ones
+    b_jobs = [(job(f"b{i}", queue="b", klass="batch", t=i), 0 if i < 4 else 1000, None) for i in range(6)]
+    run = running(p, node_list, a_jobs + b_jobs)
+    fresh = [job(f"new{i}", klass="batch", t=5000) for i in range(2)]
+    res = cycle(p, node_list, fresh, run, now=6000)  # b0-b3: 13.3 GPU-hours (level 2), b4-b5: 11.1 (level 1)
+    victims = {d.workload_id for d in res.preempted}
+    assert len(victims) == 2 and victims <= expected
+    assert {k for k, v in kinds(res).items() if v == "admit"} == {"new0", "new1"}

@@ -158,6 +158,7 @@ class BackfillSpec(_Spec):
 class PreemptionSpec(_Spec):
     enabled: bool = True
     reclaim_within_cohort: Literal["any", "lower_priority", "never"] = "any"
+    spare_oldest_within_nominal: bool = False
     grace_period_s: float = Field(30.0, ge=0)
 
 

@@ -182,4 +182,5 @@ class PolicyIndex:
         guard = policy.scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
         self.protect_promoted = policy.scheduling.starvation_guard_protects_runs
+        self.spare_nominal_core = policy.scheduling.preemption.spare_oldest_within_nominal
         self.profile_cache: dict[tuple[object, ...], Any] = {}

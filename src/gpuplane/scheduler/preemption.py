@@ -14,6 +14,8 @@ Allowed victims (and nothing else):
    higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe).
 Work that started after the starvation guard promoted it (where the policy protects such runs) is
 spared both the level rule and reclaim at its own tier or above: only a higher tier may stop it.
+With ``preemption.spare_oldest_within_nominal``, a queue's earliest-started runs that fit within its nominal
+quota are never taken by another queue (``state.nominal_core``).
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
 """
 
@@ -96,11 +98,15 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
     return free + victims >= option.milli * r.required
 
 
-def _candidates(st: CycleState, option: FlavorOption, sources: dict[str, _Source]) -> Iterator[RunEntry]:
-    """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues."""
+def _candidates(
+    st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]
+) -> Iterator[RunEntry]:
+    """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues;
+    another queue's runs within its nominal core are skipped when the policy spares them."""
     ranked = [lst for name, s in sources.items() for lst in st.victims.accepted(name, option.flavor, s.accept)]
+    core = st.victims.core
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
-        if not e.evicted:
+        if not e.evicted and not (core and e.queue is not r.queue and e.id in core):
             yield e
 
 
@@ -136,7 +142,7 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
         mark = st.cap.mark()
         removed: list[RunEntry] = []
         fits = False
-        for e in _candidates(st, option, sources):
+        for e in _candidates(st, r, option, sources):
             if not _may_take(st, r, e):
                 continue
             st.release(e)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -177,9 +177,9 @@ class CycleState:
     def victims(self) -> VictimIndex:
         """Preemptible running work in victim order, built when a cycle first needs it."""
         if self._victims is None:
-            self._victims = VictimIndex(
-                (e for e in self.running.values() if not e.admitted_now), self.now, self.index.level_thresholds_gpu_s
-            )
+            entries = [e for e in self.running.values() if not e.admitted_now]
+            core = nominal_core(entries, self.index.queues) if self.index.spare_nominal_core else frozenset()
+            self._victims = VictimIndex(entries, self.now, self.index.level_thresholds_gpu_s, core)
         return self._victims
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
@@ -322,6 +322,29 @@ class Standing(NamedTuple):
     promoted: bool
 
 
+def nominal_core(entries: Iterable[RunEntry], queues: Mapping[str, QueueInfo]) -> frozenset[str]:
+    """Each queue's earliest-started runs per flavor that fit within its nominal quota, in start order.
+
+    With ``preemption.spare_oldest_within_nominal`` these runs are never taken by another queue (reclaim,
+    or less-served work taking borrowed GPUs): what a queue borrows is its newest work, as Kueue takes the
+    most recently admitted workloads of a borrowing queue first, so a team's long runs that started
+    within its guarantee finish. Non-preemptible runs count against the nominal quota too.
+    """
+    by_key: dict[tuple[str, str], list[RunEntry]] = {}
+    for e in entries:
+        if e.queue is not None:
+            by_key.setdefault((e.queue.name, e.flavor), []).append(e)
+    core: set[str] = set()
+    for (queue, flavor), runs in by_key.items():
+        room = queues[queue].quota(flavor).nominal
+        for e in sorted(runs, key=lambda run: (run.start, run.id)):
+            if e.milli > room:
+                break
+            room -= e.milli
+            core.add(e.id)
+    return frozenset(core)
+
+
 class VictimIndex:
     """The snapshot's preemptible running work per (queue, flavor) and standing, in victim order, with GPU
     totals by standing (a preemptor accepts or refuses whole standings, so refused work is never walked).
@@ -330,10 +353,18 @@ class VictimIndex:
     Levels are taken at the cycle's ``now`` (0 for every entry when the policy declares none).
     """
 
-    def __init__(self, entries: Iterable[RunEntry], now: float, thresholds_gpu_s: tuple[float, ...] = ()) -> None:
+    def __init__(
+        self,
+        entries: Iterable[RunEntry],
+        now: float,
+        thresholds_gpu_s: tuple[float, ...] = (),
+        core: frozenset[str] = frozenset(),
+    ) -> None:
         self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
         self.levels: dict[str, int] = {}
+        self.core = core
+        """Ids of runs spared from other queues' preemption (``nominal_core``); empty unless the policy asks."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
