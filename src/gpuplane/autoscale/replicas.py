@@ -1,0 +1,305 @@
+"""The replica autoscaler for inference services: how many replicas a service should run now, and why.
+
+Pure: the runtime (simulator or live plane) feeds one ``ServiceSignals`` per metrics interval to the
+service's ``ReplicaAutoscaler`` and applies the ``ReplicaDecision``. The autoscaler keeps only what it
+must remember between ticks (recent signals, recommendations, scale events, the learned daily pattern);
+it never reads a clock, does no I/O and draws no random numbers, so the same signals give the same
+decisions in the simulator and the live plane.
+
+One tick, in order:
+1. Each signal's desired count, HPA's formula: ``ceil(current x value / target)`` for per-replica values
+   (utilization, memory, latency), ``ceil(total / target)`` for totals spread over replicas (requests/s,
+   waiting requests); a ratio within ``tolerance`` of 1 keeps the current count. The latency signal only
+   ever asks for more replicas when other signals exist: latency is not linear in replicas, so letting it
+   shrink the fleet would oscillate (HPA would let it; this is deliberate).
+2. The largest desired count wins (HPA's rule across metrics).
+3. Panic (Knative): when the short window asks for ``panic_threshold`` times the ready replicas, the
+   short window's count is used, scale-up stabilization is skipped, and nothing scales down until a
+   stable window has passed without panic.
+4. Predictive scale-ahead: the rate learned for the same time of day on earlier days, at ``now +
+   replica_startup_s``; it only ever raises the count.
+5. Stabilization (HPA): scale up to the lowest recommendation of the scale-up window, down to the highest
+   of the scale-down window.
+6. Rate limits (HPA): per period, the larger change any policy allows (``selectPolicy: Max``).
+7. Bounds: ``min_replicas``..``max_replicas``; zero only for services that opt in, after
+   ``idle_before_zero_s`` without requests, and back to at least one at the first request.
+
+Starting replicas (loading the model) count as replicas: the autoscaler never orders the same capacity
+twice while it loads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec, ScalingRulesSpec, ServiceSpec
+
+DAY_S = 86400.0
+
+
+class ReplicaReasonCode(StrEnum):
+    """Why the replica count is what it is. Stable strings: dashboards and tools match on them."""
+
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    PANIC = "panic"
+    PREDICTIVE = "predictive_scale_ahead"
+    WITHIN_TOLERANCE = "within_tolerance"
+    STABILIZING = "scale_down_stabilizing"
+    RATE_LIMITED = "rate_limited"
+    AT_MAX = "at_max_replicas"
+    AT_MIN = "at_min_replicas"
+    SCALE_TO_ZERO = "scale_to_zero"
+    WAKE_FROM_ZERO = "wake_from_zero"
+    NO_CHANGE = "no_change"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSignals:
+    """What the runtime measured for one service over the last metrics interval."""
+
+    now: float
+    rps: float
+    """Requests/s that arrived during the interval."""
+    ready: int
+    """Replicas serving."""
+    starting: int = 0
+    """Replicas started but still loading the model."""
+    latency_s: float | None = None
+    """The SLO percentile of request latency over the interval (None: no request finished)."""
+    queue_depth: float = 0.0
+    """Requests waiting for a replica at the end of the interval."""
+    gpu_utilization: float | None = None
+    """Mean GPU utilization of the ready replicas, 0-1."""
+    gpu_memory_used: float | None = None
+    """Mean fraction of GPU memory in use on the ready replicas, 0-1."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaDecision:
+    """The replica count to run now, the count before it, and why."""
+
+    desired: int
+    current: int
+    code: ReplicaReasonCode
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def delta(self) -> int:
+        """Replicas to add (positive) or remove (negative)."""
+        return self.desired - self.current
+
+
+class DailyPattern:
+    """The request rate by time of day, learned from the signals (bins of ``bin_s``, the last ``days`` days).
+
+    ``forecast(t)`` is the highest rate seen in ``t``'s bin (and the next one, to cover a ramp) on the
+    earlier days, or None before a full day has been seen. Enough for the diurnal and weekly-repeating
+    load of interactive services; it never lowers what the reactive signals ask.
+    """
+
+    def __init__(self, bin_s: float = 600.0, days: int = 7) -> None:
+        self.bin_s = bin_s
+        self.days = days
+        self._bins_per_day = max(1, round(DAY_S / bin_s))
+        self._sums: dict[int, tuple[float, int]] = {}
+        self._first: float | None = None
+
+    def observe(self, t: float, rps: float) -> None:
+        """Add one rate sample taken at ``t``."""
+        if self._first is None:
+            self._first = t
+        key = int(t // self.bin_s)
+        total, count = self._sums.get(key, (0.0, 0))
+        self._sums[key] = (total + rps, count + 1)
+        oldest = key - self.days * self._bins_per_day - 1
+        if len(self._sums) > (self.days + 2) * self._bins_per_day:
+            for stale in [k for k in self._sums if k < oldest]:
+                del self._sums[stale]
+
+    def forecast(self, t: float) -> float | None:
+        """The expected rate at ``t`` from earlier days, or None without a full day of history."""
+        if self._first is None or t - self._first < DAY_S:
+            return None
+        key = int(t // self.bin_s)
+        best: float | None = None
+        for day in range(1, self.days + 1):
+            for offset in (0, 1):
+                seen = self._sums.get(key - day * self._bins_per_day + offset)
+                if seen is not None and seen[1]:
+                    mean = seen[0] / seen[1]
+                    best = mean if best is None else max(best, mean)
+        return best
+
+
+def _allowed(rules: ScalingRulesSpec, base: int, up: bool) -> int:
+    """The furthest count the rate limits allow from ``base`` (the count at the start of the period)."""
+    limits: list[int] = []
+    if rules.max_percent_per_period is not None:
+        change = base * rules.max_percent_per_period / 100
+        limits.append(math.ceil(base + change) if up else math.floor(base - change))
+    if rules.max_replicas_per_period is not None:
+        limits.append(base + rules.max_replicas_per_period if up else base - rules.max_replicas_per_period)
+    if not limits:
+        return 10**9 if up else 0
+    return max(limits) if up else min(limits)
+
+
+class ReplicaAutoscaler:
+    """Decides one service's replica count tick by tick (see the module docstring for the steps)."""
+
+    def __init__(self, service: ServiceSpec, pattern: DailyPattern | None = None) -> None:
+        self.service = service
+        self.spec: ReplicaAutoscalingSpec = service.autoscaling
+        self.pattern = pattern if pattern is not None else DailyPattern()
+        self._samples: deque[ServiceSignals] = deque()
+        self._recommendations: deque[tuple[float, int]] = deque()
+        self._events: deque[tuple[float, int, int]] = deque()
+        self._panic_until: float | None = None
+        self._last_request: float | None = None
+        """When the service last had a request (or, before any, when the autoscaler first saw it)."""
+
+    def decide(self, signals: ServiceSignals) -> ReplicaDecision:
+        """The replica count for ``signals.now``, with the reason and the figures behind it."""
+        spec = self.spec
+        now = signals.now
+        current = signals.ready + signals.starting
+        self._remember(signals)
+        if signals.rps > 0 or signals.queue_depth > 0 or self._last_request is None:
+            self._last_request = now
+        wanted, per_signal = self._reactive(signals, current)
+        details: dict[str, Any] = {"signals": per_signal, "current": current}
+        if current == 0:
+            if signals.rps > 0 or signals.queue_depth > 0:
+                target = max(1, min(spec.max_replicas, max(spec.min_replicas, wanted)))
+                return self._record(now, current, target, ReplicaReasonCode.WAKE_FROM_ZERO, details)
+            return ReplicaDecision(0, 0, ReplicaReasonCode.NO_CHANGE, details)
+        if spec.scale_to_zero and self._idle_for(now) >= spec.idle_before_zero_s:
+            return self._record(now, current, 0, ReplicaReasonCode.SCALE_TO_ZERO, details)
+        code = ReplicaReasonCode.SCALE_UP if wanted > current else ReplicaReasonCode.SCALE_DOWN
+        panic_count = self._panic_count(signals)
+        details["panic_count"] = panic_count
+        if panic_count is not None and signals.ready > 0 and panic_count >= spec.panic_threshold * signals.ready:
+            self._panic_until = now + spec.stable_window_s
+        panicking = self._panic_until is not None and now < self._panic_until
+        if panicking:
+            wanted = max(wanted, panic_count or 0, current)
+            code = ReplicaReasonCode.PANIC
+        predicted = self._predicted(now)
+        details["predicted"] = predicted
+        if predicted is not None and predicted > wanted:
+            wanted = predicted
+            code = ReplicaReasonCode.PREDICTIVE
+        self._recommendations.append((now, wanted))
+        stabilized = self._stabilized(now, current, wanted, skip_up_window=panicking)
+        if stabilized == current and wanted < current:
+            code = ReplicaReasonCode.STABILIZING
+        limited = self._rate_limited(now, current, stabilized)
+        if limited != stabilized:
+            code = ReplicaReasonCode.RATE_LIMITED
+            details["unlimited"] = stabilized
+        bounded = min(spec.max_replicas, max(spec.min_replicas, limited))
+        if bounded != limited:
+            code = ReplicaReasonCode.AT_MAX if bounded < limited else ReplicaReasonCode.AT_MIN
+        if bounded == current and code in (ReplicaReasonCode.SCALE_UP, ReplicaReasonCode.SCALE_DOWN):
+            code = ReplicaReasonCode.WITHIN_TOLERANCE if wanted == current else ReplicaReasonCode.NO_CHANGE
+        return self._record(now, current, bounded, code, details)
+
+    def _remember(self, signals: ServiceSignals) -> None:
+        self._samples.append(signals)
+        horizon = signals.now - self.spec.stable_window_s
+        while self._samples and self._samples[0].now <= horizon:
+            self._samples.popleft()
+        self.pattern.observe(signals.now, signals.rps)
+        keep = max(self.spec.scale_up.stabilization_s, self.spec.scale_down.stabilization_s)
+        while self._recommendations and self._recommendations[0][0] < signals.now - keep:
+            self._recommendations.popleft()
+        period = max(self.spec.scale_up.period_s, self.spec.scale_down.period_s)
+        while self._events and self._events[0][0] <= signals.now - period:
+            self._events.popleft()
+
+    def _idle_for(self, now: float) -> float:
+        return now - self._last_request if self._last_request is not None else 0.0
+
+    def _mean(self, window_s: float, now: float, value: str) -> float | None:
+        values = [getattr(s, value) for s in self._samples if s.now > now - window_s and getattr(s, value) is not None]
+        return sum(values) / len(values) if values else None
+
+    def _ratio_count(self, current: int, value: float, target: float) -> int:
+        ratio = value / target
+        if abs(ratio - 1) <= self.spec.tolerance:
+            return current
+        return math.ceil(current * ratio)
+
+    def _total_count(self, current: int, total: float, target: float) -> int:
+        if current > 0 and abs(total / (current * target) - 1) <= self.spec.tolerance:
+            return current
+        return math.ceil(total / target)
+
+    def _reactive(self, signals: ServiceSignals, current: int) -> tuple[int, dict[str, int]]:
+        spec = self.spec
+        now = signals.now
+        window = spec.stable_window_s
+        counts: dict[str, int] = {}
+        rps = self._mean(window, now, "rps")
+        if spec.target_rps_per_replica is not None and rps is not None:
+            counts["rps"] = self._total_count(current, rps, spec.target_rps_per_replica)
+        if spec.target_queue_depth_per_replica is not None:
+            counts["queue_depth"] = self._total_count(current, signals.queue_depth, spec.target_queue_depth_per_replica)
+        base = max(current, 1)
+        utilization = self._mean(window, now, "gpu_utilization")
+        if spec.target_gpu_utilization is not None and utilization is not None:
+            counts["gpu_utilization"] = self._ratio_count(base, utilization, spec.target_gpu_utilization)
+        memory = self._mean(window, now, "gpu_memory_used")
+        if spec.min_gpu_memory_headroom is not None and memory is not None:
+            counts["gpu_memory"] = self._ratio_count(base, memory, 1 - spec.min_gpu_memory_headroom)
+        if spec.scale_on_latency and signals.latency_s is not None:
+            slo_s = self.service.slo.latency_ms / 1000
+            latency_count = self._ratio_count(base, signals.latency_s, slo_s)
+            counts["latency"] = latency_count if not counts else max(latency_count, current)
+        return (max(counts.values()) if counts else current), counts
+
+    def _panic_count(self, signals: ServiceSignals) -> int | None:
+        target = self.spec.target_rps_per_replica
+        if target is None:
+            return None
+        rps = self._mean(self.spec.panic_window_s, signals.now, "rps")
+        return None if rps is None else math.ceil(rps / target)
+
+    def _predicted(self, now: float) -> int | None:
+        target = self.spec.target_rps_per_replica
+        if not self.spec.predictive or target is None:
+            return None
+        expected = self.pattern.forecast(now + self.service.replica_startup_s)
+        return None if expected is None else math.ceil(expected / target)
+
+    def _stabilized(self, now: float, current: int, wanted: int, skip_up_window: bool) -> int:
+        up_window = 0.0 if skip_up_window else self.spec.scale_up.stabilization_s
+        ups = [n for t, n in self._recommendations if t >= now - up_window] or [wanted]
+        downs = [n for t, n in self._recommendations if t >= now - self.spec.scale_down.stabilization_s] or [wanted]
+        result = current
+        result = max(result, min(ups))
+        result = min(result, max(downs))
+        return result
+
+    def _rate_limited(self, now: float, current: int, target: int) -> int:
+        if target > current:
+            rules = self.spec.scale_up
+            added = sum(d for t, d, _ in self._events if d > 0 and t > now - rules.period_s)
+            return min(target, _allowed(rules, current - added, up=True))
+        if target < current:
+            rules = self.spec.scale_down
+            removed = sum(-d for t, d, _ in self._events if d < 0 and t > now - rules.period_s)
+            return max(target, _allowed(rules, current + removed, up=False))
+        return target
+
+    def _record(
+        self, now: float, current: int, desired: int, code: ReplicaReasonCode, details: dict[str, Any]
+    ) -> ReplicaDecision:
+        if desired != current:
+            self._events.append((now, desired - current, desired))
+        return ReplicaDecision(desired, current, code, details)

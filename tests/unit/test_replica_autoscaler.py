@@ -1,0 +1,144 @@
+"""The replica autoscaler: HPA's formula, tolerance, windows and rate limits, Knative's panic mode,
+predictive scale-ahead, scale to zero, bounds, and a reason for every decision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplane.autoscale import DailyPattern, ReplicaAutoscaler, ReplicaReasonCode, ServiceSignals
+from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec, ServiceSpec, SloSpec
+
+R = ReplicaReasonCode
+
+
+def service(**autoscaling: Any) -> ServiceSpec:
+    spec = {"max_replicas": 100, "target_rps_per_replica": 10.0, **autoscaling}
+    return ServiceSpec(
+        name="svc",
+        team="t",
+        replica_startup_s=120,
+        slo=SloSpec(latency_ms=500),
+        autoscaling=ReplicaAutoscalingSpec(**spec),
+    )
+
+
+def drive(scaler: ReplicaAutoscaler, rps_at, start: float, end: float, replicas: int, step: float = 15.0, **kw):
+    """Feed signals every ``step`` seconds, applying each decision at once; return the decisions."""
+    decisions = []
+    t = start
+    while t < end:
+        d = scaler.decide(ServiceSignals(now=t, rps=rps_at(t), ready=replicas, **kw))
+        replicas = d.desired
+        decisions.append(d)
+        t += step
+    return decisions
+
+
+def test_rps_target_follows_hpa_formula_within_the_scale_up_rate_limits():
+    scaler = ReplicaAutoscaler(service(min_replicas=4, panic_threshold=10))
+    first = scaler.decide(ServiceSignals(now=0, rps=100, ready=4))
+    assert (first.desired, first.code) == (8, R.RATE_LIMITED), "double or +4 per 15 s, whichever is more"
+    assert first.details["signals"]["rps"] == 10 and first.details["unlimited"] == 10
+    second = scaler.decide(ServiceSignals(now=15, rps=100, ready=8))
+    assert (second.desired, second.code) == (10, R.SCALE_UP)
+
+
+def test_within_tolerance_nothing_changes():
+    scaler = ReplicaAutoscaler(service())
+    d = scaler.decide(ServiceSignals(now=0, rps=42, ready=4))
+    assert (d.desired, d.code) == (4, R.WITHIN_TOLERANCE)
+    d = scaler.decide(ServiceSignals(now=15, rps=48, ready=4))
+    assert d.desired == 5, "the stable window's mean (45 rps) is outside the 10 % band"
+
+
+def test_scale_down_waits_for_the_stabilization_window():
+    scaler = ReplicaAutoscaler(service())
+    decisions = drive(scaler, lambda t: 100.0 if t < 600 else 20.0, 0, 1500, replicas=10)
+    before = [d for i, d in enumerate(decisions) if 600 <= i * 15 < 600 + 300]
+    assert all(d.desired == 10 for d in before)
+    assert any(d.code == R.STABILIZING for d in before)
+    after = [d for i, d in enumerate(decisions) if i * 15 >= 600 + 300]
+    assert after and after[-1].desired == 2 and any(d.code == R.SCALE_DOWN for d in after)
+
+
+def test_custom_scale_down_rate_limit():
+    scaler = ReplicaAutoscaler(service(scale_down={"stabilization_s": 0, "max_percent_per_period": 20, "period_s": 60}))
+    d = scaler.decide(ServiceSignals(now=0, rps=10, ready=20))
+    assert (d.desired, d.code) == (16, R.RATE_LIMITED)
+    d = scaler.decide(ServiceSignals(now=15, rps=10, ready=16))
+    assert (d.desired, d.code) == (16, R.RATE_LIMITED), "20 % of the count at the period's start, per 60 s"
+
+
+def test_largest_signal_wins_and_latency_only_adds_replicas():
+    scaler = ReplicaAutoscaler(service(target_queue_depth_per_replica=5))
+    d = scaler.decide(ServiceSignals(now=0, rps=40, ready=4, queue_depth=40))
+    assert d.details["signals"] == {"rps": 4, "queue_depth": 8} and d.desired == 8
+    fast = ReplicaAutoscaler(service(min_replicas=2))
+    d = fast.decide(ServiceSignals(now=0, rps=20, ready=6, latency_s=0.05))
+    assert d.details["signals"]["latency"] == 6, "fast responses do not shrink the fleet by themselves"
+    slow = ReplicaAutoscaler(service(min_replicas=2))
+    d = slow.decide(ServiceSignals(now=0, rps=40, ready=4, latency_s=1.0))
+    assert d.details["signals"]["latency"] == 8 and d.desired == 8
+
+
+def test_panic_mode_follows_a_burst_at_once_and_holds_it():
+    scaler = ReplicaAutoscaler(service(target_rps_per_replica=10, scale_up={"stabilization_s": 30}))
+    drive(scaler, lambda t: 50.0, 0, 120, replicas=5, step=2)
+    d = scaler.decide(ServiceSignals(now=122, rps=400, ready=5))
+    assert d.code in (R.PANIC, R.RATE_LIMITED) and d.details["panic_count"] >= 10
+    decisions = drive(scaler, lambda t: 400.0 if t < 140 else 50.0, 124, 170, replicas=d.desired, step=2)
+    assert all(x.desired >= x.current for x in decisions), "no scale-down while panicking"
+
+
+def test_starting_replicas_count_as_capacity():
+    scaler = ReplicaAutoscaler(service())
+    d = scaler.decide(ServiceSignals(now=0, rps=80, ready=4, starting=4))
+    assert d.current == 8 and d.desired == 8
+
+
+def test_bounds_and_their_reasons():
+    scaler = ReplicaAutoscaler(service(max_replicas=6, min_replicas=3))
+    d = scaler.decide(ServiceSignals(now=0, rps=500, ready=5))
+    assert (d.desired, d.code) == (6, R.AT_MAX)
+    low = ReplicaAutoscaler(service(min_replicas=3, scale_down={"stabilization_s": 0, "max_percent_per_period": 100}))
+    d = low.decide(ServiceSignals(now=0, rps=1, ready=5))
+    assert (d.desired, d.code) == (3, R.AT_MIN)
+
+
+def test_scale_to_zero_only_when_opted_in_after_the_idle_time_and_wakes_at_the_first_request():
+    keep = ReplicaAutoscaler(service(scale_down={"stabilization_s": 0, "max_percent_per_period": 100}))
+    decisions = drive(keep, lambda t: 0.0, 0, 900, replicas=1)
+    assert decisions[-1].desired == 1
+    opted = ReplicaAutoscaler(service(scale_to_zero=True, idle_before_zero_s=300))
+    decisions = drive(opted, lambda t: 0.0, 0, 600, replicas=1)
+    zero = next(d for d in decisions if d.desired == 0)
+    assert zero.code == R.SCALE_TO_ZERO and zero.details["current"] == 1
+    assert decisions.index(zero) * 15 >= 300
+    wake = opted.decide(ServiceSignals(now=700, rps=35, ready=0))
+    assert (wake.desired, wake.code) == (4, R.WAKE_FROM_ZERO)
+
+
+def test_predictive_scale_ahead_provisions_before_a_daily_peak_by_the_startup_time():
+    def daily(t: float) -> float:
+        return 200.0 if (t % 86400) >= 36000 else 20.0  # 10:00 peak every day
+
+    spec = service(predictive=True, scale_down={"stabilization_s": 0, "max_percent_per_period": 100})
+    scaler = ReplicaAutoscaler(spec, DailyPattern(bin_s=300))
+    drive(scaler, daily, 0, 86400 + 36000 - 200, replicas=2, step=60)
+    ahead = scaler.decide(ServiceSignals(now=86400 + 36000 - 110, rps=20, ready=2))
+    assert ahead.code in (R.PREDICTIVE, R.RATE_LIMITED) and ahead.details["predicted"] == 20
+    assert ahead.desired > 2, "replicas start before the peak arrives"
+    plain = ReplicaAutoscaler(service(scale_down={"stabilization_s": 0, "max_percent_per_period": 100}))
+    drive(plain, daily, 0, 86400 + 36000 - 200, replicas=2, step=60)
+    assert plain.decide(ServiceSignals(now=86400 + 36000 - 110, rps=20, ready=2)).desired == 2
+
+
+def test_daily_pattern_needs_a_full_day_and_forgets_old_days():
+    pattern = DailyPattern(bin_s=600, days=2)
+    for t in range(0, 86400, 600):
+        pattern.observe(float(t), 5.0)
+    assert pattern.forecast(3600) is None
+    assert pattern.forecast(86400 + 3600) == 5.0
+    for t in range(86400, 5 * 86400, 600):
+        pattern.observe(float(t), 7.0)
+    assert pattern.forecast(5 * 86400 + 3600) == 7.0
