@@ -86,7 +86,7 @@ def policies(draw):
         }
     if draw(st.booleans()):
         scheduling["starvation_guard_hours"] = draw(st.sampled_from([0.5, 2.0]))
-        scheduling["starvation_guard_protects_runs"] = draw(st.booleans())
+        scheduling["starvation_guard_protects_runs"] = draw(st.sampled_from([True, False, "within_nominal"]))
     pools = [*BASE_POLICY["pools"][:2], {**BASE_POLICY["pools"][2], "gpu_sharing": draw(st.booleans())}]
     return policy(pools=pools, teams=teams, scheduling=scheduling)
 

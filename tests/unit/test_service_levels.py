@@ -245,3 +245,23 @@ def test_sparing_the_oldest_runs_within_nominal_takes_a_borrowing_queues_newest_
     victims = {d.workload_id for d in res.preempted}
     assert len(victims) == 2 and victims <= expected
     assert {k for k, v in kinds(res).items() if v == "admit"} == {"new0", "new1"}
+
+
+def test_protection_within_nominal_covers_a_queues_earliest_promoted_runs_up_to_its_quota():
+    p = policy(
+        scheduling={
+            "service_levels": {"thresholds_gpu_hours": [1, 10]},
+            "starvation_guard_hours": 1,
+            "starvation_guard_protects_runs": "within_nominal",
+        }
+    )
+    node_list = nodes(p, train=6)
+    # a (nominal 32) runs six promoted 8-GPU batch jobs (48 GPUs): the four started first are protected
+    starved = [(job(f"s{i}", klass="batch", t=0), 4000 + 10 * i, None) for i in range(6)]
+    run = running(p, node_list, starved)
+    res = cycle(p, node_list, [job("fresh", klass="batch", t=7000)], run, now=9000)
+    (victim,) = res.preempted
+    assert victim.workload_id in {"s4", "s5"} and victim.reason.code.value == "preempted_for_less_served"
+    everyone = policy(**GUARD)
+    run = running(everyone, node_list, starved)
+    assert not cycle(everyone, node_list, [job("fresh", klass="batch", t=7000)], run, now=9000).preempted

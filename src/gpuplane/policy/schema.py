@@ -173,7 +173,7 @@ class SchedulingSpec(_Spec):
     fair_sharing: bool = True
     service_levels: ServiceLevelsSpec | None = None
     starvation_guard_hours: float | None = Field(None, gt=0)
-    starvation_guard_protects_runs: bool = True
+    starvation_guard_protects_runs: bool | Literal["within_nominal"] = True
     backfill: BackfillSpec = Field(default_factory=BackfillSpec)
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
 

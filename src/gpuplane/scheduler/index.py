@@ -181,6 +181,8 @@ class PolicyIndex:
         self.levels_across_queues = levels is None or levels.order == "across_queues"
         guard = policy.scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
-        self.protect_promoted = policy.scheduling.starvation_guard_protects_runs
+        protects = policy.scheduling.starvation_guard_protects_runs
+        self.protect_promoted = protects is not False
+        self.protect_promoted_within_nominal = protects == "within_nominal"
         self.spare_nominal_core = policy.scheduling.preemption.spare_oldest_within_nominal
         self.profile_cache: dict[tuple[object, ...], Any] = {}

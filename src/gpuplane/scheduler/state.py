@@ -40,9 +40,10 @@ class RunEntry:
     promoted: bool = False
     """Started after the starvation guard promoted it (and the policy protects such runs): level 0 for its run."""
 
-    def level(self, now: float, thresholds_gpu_s: tuple[float, ...]) -> int:
-        """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far."""
-        if not thresholds_gpu_s or self.promoted:
+    def level(self, now: float, thresholds_gpu_s: tuple[float, ...], protected: bool = True) -> int:
+        """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far (0 for a
+        promoted run while its promotion protects it)."""
+        if not thresholds_gpu_s or (self.promoted and protected):
             return 0
         return service_level(thresholds_gpu_s, self.attained_gpu_s + self.gpus * max(0.0, now - self.start))
 
@@ -178,8 +179,12 @@ class CycleState:
         """Preemptible running work in victim order, built when a cycle first needs it."""
         if self._victims is None:
             entries = [e for e in self.running.values() if not e.admitted_now]
-            core = nominal_core(entries, self.index.queues) if self.index.spare_nominal_core else frozenset()
-            self._victims = VictimIndex(entries, self.now, self.index.level_thresholds_gpu_s, core)
+            queues = self.index.queues
+            core = nominal_core(entries, queues) if self.index.spare_nominal_core else frozenset()
+            protected = None
+            if self.index.protect_promoted_within_nominal:
+                protected = nominal_core([e for e in entries if e.promoted], queues)
+            self._victims = VictimIndex(entries, self.now, self.index.level_thresholds_gpu_s, core, protected)
         return self._victims
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
@@ -359,19 +364,26 @@ class VictimIndex:
         now: float,
         thresholds_gpu_s: tuple[float, ...] = (),
         core: frozenset[str] = frozenset(),
+        protected: frozenset[str] | None = None,
     ) -> None:
         self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
         self.levels: dict[str, int] = {}
         self.core = core
         """Ids of runs spared from other queues' preemption (``nominal_core``); empty unless the policy asks."""
+        self.promoted: set[str] = set()
+        """Ids of promoted runs whose promotion protects them (all promoted runs, or with
+        ``starvation_guard_protects_runs: within_nominal`` the earliest that fit the queue's nominal quota)."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
-            level = e.level(now, thresholds_gpu_s)
+            promoted = e.promoted and (protected is None or e.id in protected)
+            if promoted:
+                self.promoted.add(e.id)
+            level = e.level(now, thresholds_gpu_s, protected=promoted)
             self.levels[e.id] = level
             key = (e.queue.name, e.flavor)
-            standing = Standing(e.tier, level, e.promoted)
+            standing = Standing(e.tier, level, promoted)
             self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
@@ -392,7 +404,7 @@ class VictimIndex:
     def standing(self, entry: RunEntry) -> Standing:
         """Tier, level and promotion of an indexed entry."""
         assert entry.tier is not None
-        return Standing(entry.tier, self.level(entry), entry.promoted)
+        return Standing(entry.tier, self.level(entry), entry.id in self.promoted)
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
