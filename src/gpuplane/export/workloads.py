@@ -48,6 +48,16 @@ def _node_selector(pools: list[PoolSpec]) -> dict[str, str]:
     return {FLAVOR_LABEL: flavors.pop()} if len(flavors) == 1 else {}
 
 
+def _place_on(pod_spec: Obj, pools: list[PoolSpec]) -> None:
+    """Add the tolerations and node selector that let a pod land on ``pools`` (and only there, with one pool)."""
+    tolerations = _tolerations(pools)
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    selector = _node_selector(pools)
+    if selector:
+        pod_spec["nodeSelector"] = selector
+
+
 def _requests(view: PolicyView, pools: list[PoolSpec], gpus: int, mig_profile: str | None) -> dict[str, str]:
     shape = view.flavors[pools[0].flavor_name]
     if mig_profile is not None:
@@ -96,12 +106,7 @@ def emit_examples(view: PolicyView, bundle: ExportBundle) -> None:
                 "terminationGracePeriodSeconds": grace,
                 "containers": [container],
             }
-            tolerations = _tolerations(pools)
-            if tolerations:
-                pod_spec["tolerations"] = tolerations
-            selector = _node_selector(pools)
-            if selector:
-                pod_spec["nodeSelector"] = selector
+            _place_on(pod_spec, pools)
             job = {
                 "apiVersion": "batch/v1",
                 "kind": "Job",
@@ -164,12 +169,7 @@ def _service_objects(view: PolicyView, team: TeamSpec, service: ServiceSpec, poo
         ],
         "priorityClassName": tier,
     }
-    tolerations = _tolerations(pools)
-    if tolerations:
-        pod_spec["tolerations"] = tolerations
-    selector = _node_selector(pools)
-    if selector:
-        pod_spec["nodeSelector"] = selector
+    _place_on(pod_spec, pools)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
