@@ -12,6 +12,8 @@ One tick, in order:
    waiting requests); a ratio within ``tolerance`` of 1 keeps the current count. The latency signal only
    ever asks for more replicas when other signals exist: latency is not linear in replicas, so letting it
    shrink the fleet would oscillate (HPA would let it; this is deliberate).
+   While replicas are starting, latency and waiting requests ask for no more than the current count: the
+   backlog they measure is what the starting replicas are about to absorb.
 2. The largest desired count wins (HPA's rule across metrics).
 3. Panic (Knative): when the short window asks for ``panic_threshold`` times the ready replicas, the
    short window's count is used, scale-up stabilization is skipped, and nothing scales down until a
@@ -230,10 +232,10 @@ class ReplicaAutoscaler:
         return sum(values) / len(values) if values else None
 
     def _ratio_count(self, current: int, value: float, target: float) -> int:
-        ratio = value / target
+        ratio = value / target if math.isfinite(value) else math.inf
         if abs(ratio - 1) <= self.spec.tolerance:
             return current
-        return math.ceil(current * ratio)
+        return min(self.spec.max_replicas, math.ceil(current * ratio)) if math.isfinite(ratio) else self.spec.max_replicas
 
     def _total_count(self, current: int, total: float, target: float) -> int:
         if current > 0 and abs(total / (current * target) - 1) <= self.spec.tolerance:
@@ -249,7 +251,8 @@ class ReplicaAutoscaler:
         if spec.target_rps_per_replica is not None and rps is not None:
             counts["rps"] = self._total_count(current, rps, spec.target_rps_per_replica)
         if spec.target_queue_depth_per_replica is not None:
-            counts["queue_depth"] = self._total_count(current, signals.queue_depth, spec.target_queue_depth_per_replica)
+            queued = self._total_count(current, signals.queue_depth, spec.target_queue_depth_per_replica)
+            counts["queue_depth"] = min(queued, current) if signals.starting else queued
         base = max(current, 1)
         utilization = self._mean(window, now, "gpu_utilization")
         if spec.target_gpu_utilization is not None and utilization is not None:
@@ -260,7 +263,10 @@ class ReplicaAutoscaler:
         if spec.scale_on_latency and signals.latency_s is not None:
             slo_s = self.service.slo.latency_ms / 1000
             latency_count = self._ratio_count(base, signals.latency_s, slo_s)
-            counts["latency"] = latency_count if not counts else max(latency_count, current)
+            if signals.starting:
+                latency_count = min(latency_count, current)
+            if not counts or latency_count > current:
+                counts["latency"] = latency_count
         return (max(counts.values()) if counts else current), counts
 
     def _panic_count(self, signals: ServiceSignals) -> int | None:

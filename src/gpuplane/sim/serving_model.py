@@ -1,0 +1,132 @@
+"""The per-replica queueing model of the serving simulator.
+
+A replica is a continuous-batching LLM server (vLLM-like) with ``max_batch`` request slots. A request holds
+a slot for its prefill (context tokens at ``prefill_tokens_per_s``) plus one decode step per generated
+token; its latency is the time to first token: the wait for a slot plus its prefill. Per second, the
+fleet's slot-seconds serve the work that arrived; what does not fit waits (a fluid backlog, first come
+first served), and within a second the wait for a free slot follows Erlang C with the Halfin-Whitt
+approximation (thousands of slots: the many-server regime).
+
+Token counts come from the trace where it has them (Azure); for ServeGen, whose per-window token
+distributions are not shipped, from lognormals fitted to the Azure 2023 conversation trace (context median
+1,020 / mean 1,155 tokens, generated median 129 / mean 211).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+QUANTILES = 64
+
+
+@dataclass(frozen=True)
+class ServingModel:
+    """Speed of one replica and the token profile used when the trace has no tokens."""
+
+    prefill_tokens_per_s: float = 8000.0
+    decode_step_s: float = 0.025
+    max_batch: int = 32
+    context_median: float = 1020.0
+    context_sigma: float = 0.4986
+    generated_median: float = 129.0
+    generated_sigma: float = 0.992
+
+    def prefill_s(self, context: np.ndarray) -> np.ndarray:
+        """Seconds of prefill for these context lengths."""
+        return context / self.prefill_tokens_per_s
+
+    def occupancy_s(self, context: np.ndarray, generated: np.ndarray) -> np.ndarray:
+        """Seconds a request holds a slot: prefill plus one decode step per generated token."""
+        return self.prefill_s(context) + generated * self.decode_step_s
+
+
+@dataclass(frozen=True)
+class TokenProfile:
+    """What the queueing model needs of the requests' tokens: slot time mean and spread, prefill quantiles."""
+
+    mean_occupancy_s: float
+    std_occupancy_s: float
+    prefill_quantiles_s: np.ndarray
+
+    @staticmethod
+    def of(model: ServingModel, context: np.ndarray, generated: np.ndarray) -> TokenProfile:
+        """The profile of a sample of requests."""
+        occupancy = model.occupancy_s(context, generated)
+        prefill = np.sort(model.prefill_s(context))
+        picks = np.quantile(prefill, (np.arange(QUANTILES) + 0.5) / QUANTILES)
+        return TokenProfile(float(occupancy.mean()), float(occupancy.std()), picks)
+
+    @staticmethod
+    def synthetic(model: ServingModel, seed: int, n: int = 50_000) -> TokenProfile:
+        """The profile of ``n`` requests drawn from the model's fitted lognormals."""
+        rng = np.random.default_rng(seed)
+        context = rng.lognormal(math.log(model.context_median), model.context_sigma, n)
+        generated = rng.lognormal(math.log(model.generated_median), model.generated_sigma, n)
+        return TokenProfile.of(model, np.round(context), np.round(generated))
+
+    def capacity_rps(self, max_batch: int) -> float:
+        """Requests/s one replica completes when all its slots are busy."""
+        return max_batch / self.mean_occupancy_s
+
+
+def _normal_cdf(x: np.ndarray) -> np.ndarray:
+    """Standard normal CDF (Abramowitz-Stegun 7.1.26 erf, error below 1.5e-7)."""
+    z = np.abs(x) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    erf = 1.0 - poly * np.exp(-z * z)
+    return 0.5 * (1.0 + np.sign(x) * erf)
+
+
+def wait_probability(slots: np.ndarray, offered: np.ndarray) -> np.ndarray:
+    """Probability that a request finds every slot busy (Erlang C, Halfin-Whitt); 1 when overloaded."""
+    slots = np.asarray(slots, dtype=float)
+    offered = np.asarray(offered, dtype=float)
+    out = np.ones_like(offered)
+    ok = (offered > 0) & (slots > offered)
+    beta = np.zeros_like(offered)
+    beta[ok] = (slots[ok] - offered[ok]) / np.sqrt(offered[ok])
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        pdf = np.exp(-0.5 * beta**2) / math.sqrt(2 * math.pi)
+        ratio = np.where(pdf > 1e-300, beta * _normal_cdf(beta) / np.maximum(pdf, 1e-300), np.inf)
+        out[ok] = 1.0 / (1.0 + ratio[ok])
+    out[offered <= 0] = 0.0
+    return np.clip(out, 0.0, 1.0)
+
+
+def attainment(
+    profile: TokenProfile, slo_s: float, backlog_wait_s: np.ndarray, slots: np.ndarray, offered: np.ndarray
+) -> np.ndarray:
+    """Fraction of each second's requests whose time to first token is within ``slo_s``.
+
+    ``backlog_wait_s``: wait for the backlog ahead (fluid, first come first served); ``slots``: slots of
+    ready replicas; ``offered``: slot-seconds of work that arrived in the second (Erlangs).
+    """
+    pw = wait_probability(slots, offered)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theta = np.where(slots > offered, (slots - offered) / profile.mean_occupancy_s, 0.0)
+    room = slo_s - backlog_wait_s[:, None] - profile.prefill_quantiles_s[None, :]
+    ok = np.where(room >= 0, 1.0 - pw[:, None] * np.exp(-theta[:, None] * np.maximum(room, 0.0)), 0.0)
+    result: np.ndarray = ok.mean(axis=1)
+    result[slots <= 0] = 0.0
+    return result
+
+
+def latency_quantile(
+    profile: TokenProfile, q: float, backlog_wait_s: float, slots: float, offered: float
+) -> float:
+    """An estimate of the ``q`` quantile of time to first token in one second (for the autoscaler's signal);
+    when overloaded, the backlog ahead plus the second's excess work spread over the slots."""
+    if slots <= 0:
+        return math.inf
+    prefill = float(profile.prefill_quantiles_s[min(QUANTILES - 1, int(q * QUANTILES))])
+    pw = float(wait_probability(np.array([slots]), np.array([offered]))[0])
+    if offered >= slots:
+        return backlog_wait_s + prefill + (offered - slots) / slots
+    extra = 0.0
+    if pw > 1 - q:
+        extra = math.log(pw / (1 - q)) * profile.mean_occupancy_s / (slots - offered)
+    return backlog_wait_s + prefill + extra

@@ -1,0 +1,166 @@
+"""Request-rate traces for the serving simulator: ServeGen (rates per 10-minute window) and Azure LLM
+inference 2023 (one row per request, with token counts).
+
+A trace becomes per-second request counts: ServeGen's window rates are interpolated per second and
+drawn as a seeded Poisson process; Azure's requests are counted in the second they arrived, and keep
+their own token counts.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from gpuplane.sim.trace import TraceError
+
+
+@dataclass(frozen=True)
+class ServingTrace:
+    """Requests of one service: a rate per window, or individual requests with their tokens."""
+
+    name: str
+    source: str
+    window_s: float
+    rates: np.ndarray
+    """Requests/s per window (ServeGen); empty for per-request traces."""
+    request_s: np.ndarray
+    """Arrival second of each request (Azure); empty for rate traces."""
+    context_tokens: np.ndarray
+    generated_tokens: np.ndarray
+    skipped: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the trace in seconds."""
+        if self.rates.size:
+            return float(self.rates.size * self.window_s)
+        return float(self.request_s.max() + 1) if self.request_s.size else 0.0
+
+    def head_days(self, days: float) -> ServingTrace:
+        """The first ``days`` days of the trace."""
+        limit = days * 86400.0
+        if self.rates.size:
+            keep = max(1, math.ceil(limit / self.window_s))
+            return ServingTrace(self.name, self.source, self.window_s, self.rates[:keep], self.request_s,
+                                self.context_tokens, self.generated_tokens, self.skipped)
+        mask = self.request_s < limit
+        return ServingTrace(self.name, self.source, self.window_s, self.rates, self.request_s[mask],
+                            self.context_tokens[mask], self.generated_tokens[mask], self.skipped)
+
+    def counts(self, seed: int) -> np.ndarray:
+        """Requests arriving in each second (rate traces: a Poisson draw around the interpolated rate)."""
+        if self.request_s.size:
+            return np.bincount(self.request_s.astype(np.int64), minlength=int(self.duration_s)).astype(float)
+        seconds = int(self.duration_s)
+        centres = (np.arange(self.rates.size) + 0.5) * self.window_s
+        rate = np.interp(np.arange(seconds) + 0.5, centres, self.rates)
+        return np.random.default_rng(seed).poisson(rate).astype(float)
+
+
+def _servegen_dir(path: Path) -> tuple[np.ndarray, int]:
+    totals: dict[int, float] = {}
+    skipped = 0
+    files = sorted(path.glob("chunk-*-trace.csv"))
+    if not files:
+        raise TraceError(f"{path}: no chunk-*-trace.csv files. Fix: point at a ServeGen model folder such as "
+                         "language/m-mid, or at its aggregate rate CSV")
+    for file in files:
+        with file.open(newline="") as handle:
+            for lineno, row in enumerate(csv.reader(handle), 1):
+                try:
+                    start, rate = int(float(row[0])), float(row[1])
+                except (IndexError, ValueError):
+                    skipped += 1
+                    continue
+                if rate < 0 or not math.isfinite(rate):
+                    skipped += 1
+                    continue
+                totals[start] = totals.get(start, 0.0) + rate
+    return _windows(totals, path), skipped
+
+
+def _servegen_csv(path: Path) -> tuple[np.ndarray, int]:
+    totals: dict[int, float] = {}
+    skipped = 0
+    with path.open(newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None or len(header) < 2:
+            raise TraceError(f"{path}: empty file. Fix: expected the columns timestamp_s,total_rate_rps")
+        for row in reader:
+            try:
+                start, rate = int(float(row[0])), float(row[1])
+            except (IndexError, ValueError):
+                skipped += 1
+                continue
+            if rate < 0 or not math.isfinite(rate):
+                skipped += 1
+                continue
+            totals[start] = totals.get(start, 0.0) + rate
+    return _windows(totals, path), skipped
+
+
+def _windows(totals: dict[int, float], path: Path) -> np.ndarray:
+    if not totals:
+        raise TraceError(f"{path}: no usable rows. Fix: expected window_start_s and a rate per row")
+    starts = sorted(totals)
+    step = min(b - a for a, b in zip(starts, starts[1:], strict=False)) if len(starts) > 1 else 600
+    rates = np.zeros(int((starts[-1] - starts[0]) // step) + 1)
+    for start, rate in totals.items():
+        rates[(start - starts[0]) // step] = rate
+    return rates
+
+
+def _azure(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    times: list[float] = []
+    context: list[int] = []
+    generated: list[int] = []
+    skipped = 0
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"} - set(reader.fieldnames or [])
+        if missing:
+            raise TraceError(f"{path}: missing columns {sorted(missing)}. Fix: use the Azure LLM inference 2023 CSV")
+        for row in reader:
+            try:
+                stamp = row["TIMESTAMP"]
+                head, _, frac = stamp.partition(".")
+                t = datetime.strptime(head, "%Y-%m-%d %H:%M:%S").timestamp() + float(f"0.{frac or 0}")
+                c, g = int(row["ContextTokens"]), int(row["GeneratedTokens"])
+            except (KeyError, ValueError):
+                skipped += 1
+                continue
+            if c < 0 or g < 0:
+                skipped += 1
+                continue
+            times.append(t)
+            context.append(c)
+            generated.append(g)
+    if not times:
+        raise TraceError(f"{path}: no usable requests")
+    order = np.argsort(times, kind="stable")
+    t0 = min(times)
+    return (np.asarray(times)[order] - t0, np.asarray(context)[order], np.asarray(generated)[order], skipped)
+
+
+def read_serving_trace(spec: str) -> ServingTrace:
+    """Read ``KIND:PATH`` (KIND ``servegen`` for a ServeGen model folder or aggregate CSV, ``azure`` for an
+    Azure LLM inference CSV); TraceError names the problem and the fix."""
+    kind, sep, raw = spec.partition(":")
+    if not sep or kind not in ("servegen", "azure"):
+        raise TraceError(f"--trace '{spec}': expected KIND:PATH with KIND servegen or azure")
+    path = Path(raw)
+    if not path.exists():
+        raise TraceError(f"{path}: no such file or folder")
+    empty = np.zeros(0)
+    if kind == "servegen":
+        rates, skipped = _servegen_dir(path) if path.is_dir() else _servegen_csv(path)
+        name = path.name.removesuffix("_aggregate_rate.csv").removesuffix(".csv")
+        return ServingTrace(name, spec, 600.0, rates, empty, empty, empty, skipped)
+    seconds, context, generated, skipped = _azure(path)
+    return ServingTrace(path.stem, spec, 1.0, empty, seconds, context, generated, skipped)
