@@ -191,6 +191,68 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
+    """Replay a request trace against one inference service under several replica-scaling policies."""
+    from gpuplane.sim.serving import compare_serving
+    from gpuplane.sim.serving_model import ServingModel
+    from gpuplane.sim.serving_trace import read_serving_trace
+
+    policy = load_policy(args.policy)
+    trace = read_serving_trace(args.trace)
+    if args.days:
+        trace = trace.head_days(args.days)
+    names = tuple(n.strip() for n in args.compare.split(",") if n.strip())
+    model = ServingModel(
+        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_step_s=args.decode_step_s, max_batch=args.max_batch
+    )
+    console.print(
+        f"trace {args.trace}: {trace.duration_s / 86400:.1f} days"
+        + (f", {trace.skipped} rows skipped" if trace.skipped else "")
+    )
+    seconds = int(trace.duration_s)
+    with console.status("simulating") as status:
+
+        def progress(name: str, second: int) -> None:
+            status.update(f"{name}: {second / max(seconds, 1):.0%} of the trace")
+
+        comparison = compare_serving(
+            policy, args.service, trace, names, model, args.seed, args.replica_startup_s, progress
+        )
+    data = comparison.to_dict()
+    m = data["model"]
+    console.print(
+        f"service {comparison.service.name}: {data['trace']['requests']:,} requests, "
+        f"mean {data['trace']['mean_rps']:,.0f} req/s; replica {m['replica_capacity_rps']:.2f} req/s at full batch, "
+        f"startup {m['replica_startup_s']:g} s;"
+        f" SLO TTFT <= {m['slo_ttft_s']:g} s for {m['slo_attainment_target']:.1%}"
+    )
+    table = Table(title="serving summary", title_justify="left")
+    for column in ("policy", "SLO attainment", "GPU-hours", "vs oracle", "cost", "actions", "max replicas"):
+        table.add_column(column, justify="right")
+    for name, f in data["policies"].items():
+        table.add_row(
+            name,
+            f"{f['slo_attainment']:.4%}",
+            f"{f['gpu_hours']:,.0f}",
+            f"{f.get('gpu_hours_vs_oracle', float('nan')):.3f}",
+            f"{f['cost']:,.0f}",
+            f"{f['scaling_actions']:,}",
+            f"{f['max_replicas']:,}",
+        )
+    console.print(table)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"services": {comparison.service.name: data}}, handle, indent=1)
+        console.print(f"figures written to {args.json}")
+    if args.html:
+        from gpuplane.sim.serving_report import render_serving_html
+
+        with open(args.html, "w", encoding="utf-8") as handle:
+            handle.write(render_serving_html(comparison))
+        console.print(f"report written to {args.html}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
     """Compile the policy to Kubernetes manifests in a directory and list what the stack cannot express."""
     from gpuplane.export import ExportOptions, export_kubernetes
@@ -287,6 +349,20 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", help="write every figure to this JSON file")
     sim.add_argument("--html", help="write a report with plots to this HTML file")
     sim.set_defaults(func=cmd_simulate)
+    serving = sub.add_parser("simulate-serving", help="replay a request trace through replica-scaling policies")
+    serving.add_argument("--policy", required=True, help="policy file with the service (services:)")
+    serving.add_argument("--trace", required=True, help="KIND:PATH, KIND servegen (model folder or CSV) or azure")
+    serving.add_argument("--service", help="the policy's service to drive (default: its first)")
+    serving.add_argument("--compare", default="gpuplane,hpa,static,oracle", help="policies: gpuplane,hpa,static,oracle")
+    serving.add_argument("--replica-startup-s", type=float, help="override the service's replica_startup_s")
+    serving.add_argument("--days", type=float, help="only the first N days of the trace")
+    serving.add_argument("--seed", type=int, default=0, help="seed of the arrival process (default 0)")
+    serving.add_argument("--max-batch", type=int, default=32, help="request slots per replica (default 32)")
+    serving.add_argument("--prefill-tokens-per-s", type=float, default=8000.0, help="prefill speed (default 8000)")
+    serving.add_argument("--decode-step-s", type=float, default=0.025, help="seconds per generated token (0.025)")
+    serving.add_argument("--json", help="write every figure to this JSON file")
+    serving.add_argument("--html", help="write a report with plots to this HTML file")
+    serving.set_defaults(func=cmd_simulate_serving)
     export = sub.add_parser("export", help="compile the policy to another stack")
     export.add_argument("target", choices=("kubernetes",), help="the stack to compile to")
     export.add_argument("policy")

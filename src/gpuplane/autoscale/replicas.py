@@ -13,7 +13,9 @@ One tick, in order:
    ever asks for more replicas when other signals exist: latency is not linear in replicas, so letting it
    shrink the fleet would oscillate (HPA would let it; this is deliberate).
    While replicas are starting, latency and waiting requests ask for no more than the current count: the
-   backlog they measure is what the starting replicas are about to absorb.
+   backlog they measure is what the starting replicas are about to absorb. With ``trend_lookahead``, a
+   rising request rate is also extended one replica startup ahead (a line through the trend window), so
+   replicas are ordered for the load they will meet when they are ready, not the load when ordered.
 2. The largest desired count wins (HPA's rule across metrics).
 3. Panic (Knative): when the short window asks for ``panic_threshold`` times the ready replicas, the
    short window's count is used, scale-up stabilization is skipped, and nothing scales down until a
@@ -99,8 +101,8 @@ class ReplicaDecision:
 class DailyPattern:
     """The request rate by time of day, learned from the signals (bins of ``bin_s``, the last ``days`` days).
 
-    ``forecast(t)`` is the highest rate seen in ``t``'s bin (and the next one, to cover a ramp) on the
-    earlier days, or None before a full day has been seen. Enough for the diurnal and weekly-repeating
+    ``forecast(t)`` is the mean over the earlier days of the higher of ``t``'s bin and the next one (to
+    cover a ramp), or None before a full day has been seen. Enough for the diurnal and weekly-repeating
     load of interactive services; it never lowers what the reactive signals ask.
     """
 
@@ -128,14 +130,13 @@ class DailyPattern:
         if self._first is None or t - self._first < DAY_S:
             return None
         key = int(t // self.bin_s)
-        best: float | None = None
+        days: list[float] = []
         for day in range(1, self.days + 1):
-            for offset in (0, 1):
-                seen = self._sums.get(key - day * self._bins_per_day + offset)
-                if seen is not None and seen[1]:
-                    mean = seen[0] / seen[1]
-                    best = mean if best is None else max(best, mean)
-        return best
+            seen = [self._sums.get(key - day * self._bins_per_day + offset) for offset in (0, 1)]
+            means = [total / count for total, count in (x for x in seen if x is not None) if count]
+            if means:
+                days.append(max(means))
+        return sum(days) / len(days) if days else None
 
 
 def _allowed(rules: ScalingRulesSpec, base: int, up: bool) -> int:
@@ -213,7 +214,7 @@ class ReplicaAutoscaler:
 
     def _remember(self, signals: ServiceSignals) -> None:
         self._samples.append(signals)
-        horizon = signals.now - self.spec.stable_window_s
+        horizon = signals.now - max(self.spec.stable_window_s, self.spec.trend_window_s)
         while self._samples and self._samples[0].now <= horizon:
             self._samples.popleft()
         self.pattern.observe(signals.now, signals.rps)
@@ -235,7 +236,9 @@ class ReplicaAutoscaler:
         ratio = value / target if math.isfinite(value) else math.inf
         if abs(ratio - 1) <= self.spec.tolerance:
             return current
-        return min(self.spec.max_replicas, math.ceil(current * ratio)) if math.isfinite(ratio) else self.spec.max_replicas
+        return (
+            min(self.spec.max_replicas, math.ceil(current * ratio)) if math.isfinite(ratio) else self.spec.max_replicas
+        )
 
     def _total_count(self, current: int, total: float, target: float) -> int:
         if current > 0 and abs(total / (current * target) - 1) <= self.spec.tolerance:
@@ -250,6 +253,9 @@ class ReplicaAutoscaler:
         rps = self._mean(window, now, "rps")
         if spec.target_rps_per_replica is not None and rps is not None:
             counts["rps"] = self._total_count(current, rps, spec.target_rps_per_replica)
+            ahead = self._trend_rps(now, rps)
+            if ahead is not None:
+                counts["rps_trend"] = self._total_count(current, ahead, spec.target_rps_per_replica)
         if spec.target_queue_depth_per_replica is not None:
             queued = self._total_count(current, signals.queue_depth, spec.target_queue_depth_per_replica)
             counts["queue_depth"] = min(queued, current) if signals.starting else queued
@@ -268,6 +274,24 @@ class ReplicaAutoscaler:
             if not counts or latency_count > current:
                 counts["latency"] = latency_count
         return (max(counts.values()) if counts else current), counts
+
+    def _trend_rps(self, now: float, rps: float) -> float | None:
+        """The request rate one replica startup ahead, if it is rising: a least-squares line through the
+        trend window's samples, extended by ``replica_startup_s`` (None when flat or falling)."""
+        if not self.spec.trend_lookahead:
+            return None
+        points = [(s.now, s.rps) for s in self._samples if s.now > now - self.spec.trend_window_s]
+        if len(points) < 4:
+            return None
+        mean_t = sum(t for t, _ in points) / len(points)
+        mean_r = sum(r for _, r in points) / len(points)
+        spread = sum((t - mean_t) ** 2 for t, _ in points)
+        if spread <= 0:
+            return None
+        slope = sum((t - mean_t) * (r - mean_r) for t, r in points) / spread
+        if slope <= 0:
+            return None
+        return mean_r + slope * (now - mean_t + self.service.replica_startup_s)
 
     def _panic_count(self, signals: ServiceSignals) -> int | None:
         target = self.spec.target_rps_per_replica

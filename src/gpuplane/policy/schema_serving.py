@@ -47,6 +47,8 @@ class ReplicaAutoscalingSpec(_Spec):
     panic_window_s: float = Field(6.0, gt=0)
     panic_threshold: float = Field(2.0, gt=1)
     predictive: bool = False
+    trend_lookahead: bool = True
+    trend_window_s: float = Field(300.0, gt=0)
     idle_before_zero_s: float = Field(300.0, gt=0)
     metrics_interval_s: float = Field(15.0, gt=0, le=600)
 

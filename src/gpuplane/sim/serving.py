@@ -124,6 +124,7 @@ def hpa_equivalent(service: ServiceSpec) -> ServiceSpec:
             ),
             "panic_threshold": 1e9,
             "predictive": False,
+            "trend_lookahead": False,
             "stable_window_s": 60.0,
             "metrics_interval_s": 15.0,
         }
@@ -348,4 +349,3 @@ def compare_serving(
         for figures in comparison.figures.values():
             figures["gpu_hours_vs_oracle"] = figures["gpu_hours"] / base if base else math.nan
     return comparison
-

@@ -115,9 +115,7 @@ def attainment(
     return result
 
 
-def latency_quantile(
-    profile: TokenProfile, q: float, backlog_wait_s: float, slots: float, offered: float
-) -> float:
+def latency_quantile(profile: TokenProfile, q: float, backlog_wait_s: float, slots: float, offered: float) -> float:
     """An estimate of the ``q`` quantile of time to first token in one second (for the autoscaler's signal);
     when overloaded, the backlog ahead plus the second's excess work spread over the slots."""
     if slots <= 0:

@@ -9,6 +9,7 @@ their own token counts.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,11 +47,27 @@ class ServingTrace:
         limit = days * 86400.0
         if self.rates.size:
             keep = max(1, math.ceil(limit / self.window_s))
-            return ServingTrace(self.name, self.source, self.window_s, self.rates[:keep], self.request_s,
-                                self.context_tokens, self.generated_tokens, self.skipped)
+            return ServingTrace(
+                self.name,
+                self.source,
+                self.window_s,
+                self.rates[:keep],
+                self.request_s,
+                self.context_tokens,
+                self.generated_tokens,
+                self.skipped,
+            )
         mask = self.request_s < limit
-        return ServingTrace(self.name, self.source, self.window_s, self.rates, self.request_s[mask],
-                            self.context_tokens[mask], self.generated_tokens[mask], self.skipped)
+        return ServingTrace(
+            self.name,
+            self.source,
+            self.window_s,
+            self.rates,
+            self.request_s[mask],
+            self.context_tokens[mask],
+            self.generated_tokens[mask],
+            self.skipped,
+        )
 
     def counts(self, seed: int) -> np.ndarray:
         """Requests arriving in each second (rate traces: a Poisson draw around the interpolated rate)."""
@@ -67,11 +84,13 @@ def _servegen_dir(path: Path) -> tuple[np.ndarray, int]:
     skipped = 0
     files = sorted(path.glob("chunk-*-trace.csv"))
     if not files:
-        raise TraceError(f"{path}: no chunk-*-trace.csv files. Fix: point at a ServeGen model folder such as "
-                         "language/m-mid, or at its aggregate rate CSV")
+        raise TraceError(
+            f"{path}: no chunk-*-trace.csv files. Fix: point at a ServeGen model folder such as "
+            "language/m-mid, or at its aggregate rate CSV"
+        )
     for file in files:
         with file.open(newline="") as handle:
-            for lineno, row in enumerate(csv.reader(handle), 1):
+            for row in csv.reader(handle):
                 try:
                     start, rate = int(float(row[0])), float(row[1])
                 except (IndexError, ValueError):
@@ -109,7 +128,7 @@ def _windows(totals: dict[int, float], path: Path) -> np.ndarray:
     if not totals:
         raise TraceError(f"{path}: no usable rows. Fix: expected window_start_s and a rate per row")
     starts = sorted(totals)
-    step = min(b - a for a, b in zip(starts, starts[1:], strict=False)) if len(starts) > 1 else 600
+    step = min(b - a for a, b in itertools.pairwise(starts)) if len(starts) > 1 else 600
     rates = np.zeros(int((starts[-1] - starts[0]) // step) + 1)
     for start, rate in totals.items():
         rates[(start - starts[0]) // step] = rate
