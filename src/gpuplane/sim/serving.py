@@ -104,7 +104,8 @@ def _smoothed(work: np.ndarray) -> np.ndarray:
 
 def _per_minute(values: np.ndarray) -> np.ndarray:
     pad = (-values.size) % MINUTE
-    return np.concatenate([values, np.zeros(pad)]).reshape(-1, MINUTE).sum(axis=1)
+    sums: np.ndarray = np.concatenate([values, np.zeros(pad)]).reshape(-1, MINUTE).sum(axis=1)
+    return sums
 
 
 def hpa_equivalent(service: ServiceSpec) -> ServiceSpec:

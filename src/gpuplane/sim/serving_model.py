@@ -78,7 +78,8 @@ def _normal_cdf(x: np.ndarray) -> np.ndarray:
     t = 1.0 / (1.0 + 0.3275911 * z)
     poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
     erf = 1.0 - poly * np.exp(-z * z)
-    return 0.5 * (1.0 + np.sign(x) * erf)
+    cdf: np.ndarray = 0.5 * (1.0 + np.sign(x) * erf)
+    return cdf
 
 
 def wait_probability(slots: np.ndarray, offered: np.ndarray) -> np.ndarray:
@@ -94,7 +95,8 @@ def wait_probability(slots: np.ndarray, offered: np.ndarray) -> np.ndarray:
         ratio = np.where(pdf > 1e-300, beta * _normal_cdf(beta) / np.maximum(pdf, 1e-300), np.inf)
         out[ok] = 1.0 / (1.0 + ratio[ok])
     out[offered <= 0] = 0.0
-    return np.clip(out, 0.0, 1.0)
+    clipped: np.ndarray = np.clip(out, 0.0, 1.0)
+    return clipped
 
 
 def attainment(

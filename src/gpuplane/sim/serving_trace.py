@@ -76,7 +76,8 @@ class ServingTrace:
         seconds = int(self.duration_s)
         centres = (np.arange(self.rates.size) + 0.5) * self.window_s
         rate = np.interp(np.arange(seconds) + 0.5, centres, self.rates)
-        return np.random.default_rng(seed).poisson(rate).astype(float)
+        drawn: np.ndarray = np.random.default_rng(seed).poisson(rate).astype(float)
+        return drawn
 
 
 def _servegen_dir(path: Path) -> tuple[np.ndarray, int]:
