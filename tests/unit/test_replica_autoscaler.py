@@ -75,7 +75,8 @@ def test_largest_signal_wins_and_latency_only_adds_replicas():
     assert d.details["signals"] == {"rps": 4, "queue_depth": 8} and d.desired == 8
     fast = ReplicaAutoscaler(service(min_replicas=2))
     d = fast.decide(ServiceSignals(now=0, rps=20, ready=6, latency_s=0.05))
-    assert d.details["signals"]["latency"] == 6, "fast responses do not shrink the fleet by themselves"
+    assert "latency" not in d.details["signals"], "fast responses do not shrink the fleet by themselves"
+    assert d.details["signals"]["rps"] == 2
     slow = ReplicaAutoscaler(service(min_replicas=2))
     d = slow.decide(ServiceSignals(now=0, rps=40, ready=4, latency_s=1.0))
     assert d.details["signals"]["latency"] == 8 and d.desired == 8
@@ -142,3 +143,25 @@ def test_daily_pattern_needs_a_full_day_and_forgets_old_days():
     for t in range(86400, 5 * 86400, 600):
         pattern.observe(float(t), 7.0)
     assert pattern.forecast(5 * 86400 + 3600) == 7.0
+
+
+def test_tolerance_per_direction_scales_up_early_and_down_late():
+    spec = service(scale_up={"stabilization_s": 0, "max_percent_per_period": 100, "tolerance": 0.01})
+    up = ReplicaAutoscaler(spec).decide(ServiceSignals(now=0, rps=104, ready=10))
+    assert up.desired == 11, "4 % over the target is outside the 1 % scale-up band"
+    down = ReplicaAutoscaler(spec).decide(ServiceSignals(now=0, rps=95, ready=10))
+    assert (down.desired, down.code) == (10, R.WITHIN_TOLERANCE), "5 % under stays within the default 10 %"
+
+
+def test_trend_lookahead_orders_replicas_for_the_load_one_startup_ahead():
+    ramp = lambda t: 100.0 + t / 3  # noqa: E731 - +20 requests/s per minute
+    eager = {"stabilization_s": 0, "max_percent_per_period": 100, "tolerance": 0.0}
+    ahead = ReplicaAutoscaler(service(min_replicas=1, scale_up=eager))
+    flat = ReplicaAutoscaler(service(min_replicas=1, scale_up=eager, trend_lookahead=False))
+    a = drive(ahead, ramp, 0, 600, replicas=10)[-1]
+    b = drive(flat, ramp, 0, 600, replicas=10)[-1]
+    assert b.details["signals"]["rps"] <= 30
+    assert a.details["signals"]["rps_trend"] >= 33, "the rate 120 s later (about 330 requests/s) is planned for"
+    assert a.desired > b.desired
+    falling = drive(ReplicaAutoscaler(service()), lambda t: 400.0 - t / 3, 0, 600, replicas=40)[-1]
+    assert "rps_trend" not in falling.details["signals"], "a falling rate is not extrapolated"

@@ -9,7 +9,8 @@ decisions in the simulator and the live plane.
 One tick, in order:
 1. Each signal's desired count, HPA's formula: ``ceil(current x value / target)`` for per-replica values
    (utilization, memory, latency), ``ceil(total / target)`` for totals spread over replicas (requests/s,
-   waiting requests); a ratio within ``tolerance`` of 1 keeps the current count. The latency signal only
+   waiting requests); a ratio within ``tolerance`` of 1 keeps the current count (``scale_up.tolerance``
+   and ``scale_down.tolerance`` override it per direction, as HPA's behavior does). The latency signal only
    ever asks for more replicas when other signals exist: latency is not linear in replicas, so letting it
    shrink the fleet would oscillate (HPA would let it; this is deliberate).
    While replicas are starting, latency and waiting requests ask for no more than the current count: the
@@ -232,17 +233,23 @@ class ReplicaAutoscaler:
         values = [getattr(s, value) for s in self._samples if s.now > now - window_s and getattr(s, value) is not None]
         return sum(values) / len(values) if values else None
 
+    def _tolerance(self, ratio: float) -> float:
+        rules = self.spec.scale_up if ratio > 1 else self.spec.scale_down
+        return self.spec.tolerance if rules.tolerance is None else rules.tolerance
+
     def _ratio_count(self, current: int, value: float, target: float) -> int:
         ratio = value / target if math.isfinite(value) else math.inf
-        if abs(ratio - 1) <= self.spec.tolerance:
+        if abs(ratio - 1) <= self._tolerance(ratio):
             return current
         return (
             min(self.spec.max_replicas, math.ceil(current * ratio)) if math.isfinite(ratio) else self.spec.max_replicas
         )
 
     def _total_count(self, current: int, total: float, target: float) -> int:
-        if current > 0 and abs(total / (current * target) - 1) <= self.spec.tolerance:
-            return current
+        if current > 0:
+            ratio = total / (current * target)
+            if abs(ratio - 1) <= self._tolerance(ratio):
+                return current
         return math.ceil(total / target)
 
     def _reactive(self, signals: ServiceSignals, current: int) -> tuple[int, dict[str, int]]:

@@ -122,8 +122,9 @@ def _rules(rules: ScalingRulesSpec, tolerance: float) -> Obj:
     if policies:
         out["policies"] = policies
         out["selectPolicy"] = "Max"
-    if tolerance != HPA_DEFAULT_TOLERANCE:
-        out["tolerance"] = f"{tolerance:g}"
+    effective = tolerance if rules.tolerance is None else rules.tolerance
+    if effective != HPA_DEFAULT_TOLERANCE:
+        out["tolerance"] = f"{effective:g}"
     return out
 
 
@@ -239,7 +240,8 @@ def _warnings(bundle: ExportBundle, service: ServiceSpec, hpa: bool) -> None:
             "HPA and KEDA scale on current metrics only; replicas are not started ahead of the daily peak",
             "dropped",
         )
-    if spec.tolerance != HPA_DEFAULT_TOLERANCE:
+    tolerances = {spec.tolerance, spec.scale_up.tolerance, spec.scale_down.tolerance} - {None}
+    if tolerances != {HPA_DEFAULT_TOLERANCE}:
         bundle.warn(
             f"{field}.tolerance",
             "a per-service tolerance",

@@ -18,6 +18,7 @@ Severity = Literal["info", "warning", "critical"]
 
 class ScalingRulesSpec(_Spec):
     stabilization_s: float = Field(ge=0, le=3600)
+    tolerance: float | None = Field(None, ge=0, lt=1)
     max_percent_per_period: int | None = Field(None, ge=1)
     max_replicas_per_period: int | None = Field(None, ge=1)
     period_s: float = Field(15.0, gt=0, le=1800)

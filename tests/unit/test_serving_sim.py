@@ -1,0 +1,162 @@
+"""The serving simulator: trace readers, the queueing model, and the policy comparison on small traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from gpuplane.cli import main
+from gpuplane.io.policy_file import load_policy
+from gpuplane.policy import parse_policy
+from gpuplane.sim.serving import compare_serving, hpa_equivalent
+from gpuplane.sim.serving_model import ServingModel, TokenProfile, attainment, wait_probability
+from gpuplane.sim.serving_trace import read_serving_trace
+from gpuplane.sim.trace import TraceError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SERVING = str(EXAMPLES / "serving.yaml")
+
+
+def _servegen(tmp_path: Path, rates: list[float]) -> Path:
+    path = tmp_path / "rates.csv"
+    lines = ["timestamp_s,total_rate_rps"] + [f"{i * 600},{r}" for i, r in enumerate(rates)]
+    path.write_text("\n".join(lines) + "\nnot,a-number\n")
+    return path
+
+
+def _policy(**autoscaling: object):
+    data = yaml.safe_load(Path(SERVING).read_text())
+    data["services"][0]["autoscaling"].update(autoscaling)
+    return parse_policy(yaml.safe_dump(data))
+
+
+def test_servegen_rates_are_interpolated_and_drawn_per_second(tmp_path):
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [100, 100, 300, 300])}")
+    assert trace.skipped == 1 and trace.duration_s == 2400
+    counts = trace.counts(seed=1)
+    assert counts.size == 2400
+    assert abs(counts[:300].mean() - 100) < 5 and abs(counts[-300:].mean() - 300) < 8
+    assert 100 < counts[1000:1100].mean() < 300, "linear between window centres"
+    assert np.array_equal(counts, trace.counts(seed=1)) and not np.array_equal(counts, trace.counts(seed=2))
+    assert trace.head_days(600 / 86400).duration_s == 600
+
+
+def test_servegen_client_folder_sums_clients(tmp_path):
+    folder = tmp_path / "m-test"
+    folder.mkdir()
+    (folder / "chunk-0-trace.csv").write_text("0,10,1.0,Gamma,1,1\n600,20,1.0,Gamma,1,1\n")
+    (folder / "chunk-1-trace.csv").write_text("0,5,,,,\n600,bad,,,,\n")
+    trace = read_serving_trace(f"servegen:{folder}")
+    assert list(trace.rates) == [15.0, 20.0] and trace.skipped == 1
+
+
+def test_azure_requests_keep_their_tokens(tmp_path):
+    path = tmp_path / "azure.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:47.1,100,10\n2023-11-16 18:15:50.0,x,1\n"
+    )
+    trace = read_serving_trace(f"azure:{path}")
+    assert trace.skipped == 1 and list(trace.context_tokens) == [374, 100]
+    assert list(trace.counts(0)) == [2.0] and trace.duration_s == pytest.approx(1.42, abs=0.01)
+
+
+def test_bad_trace_specs_name_the_fix(tmp_path):
+    with pytest.raises(TraceError, match="KIND:PATH"):
+        read_serving_trace("philly:x")
+    with pytest.raises(TraceError, match="no such file"):
+        read_serving_trace(f"servegen:{tmp_path / 'missing.csv'}")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(TraceError, match="chunk-"):
+        read_serving_trace(f"servegen:{empty}")
+
+
+def test_erlang_c_wait_probability_and_attainment_behave():
+    slots = np.array([100.0, 100.0, 100.0, 1000.0])
+    offered = np.array([50.0, 90.0, 120.0, 900.0])
+    pw = wait_probability(slots, offered)
+    assert pw[0] < pw[1] < 1.0 and pw[2] == 1.0
+    assert pw[3] < pw[1], "many servers: the same load factor waits less"
+    profile = TokenProfile.synthetic(ServingModel(), seed=0)
+    within = attainment(
+        profile,
+        1.0,
+        np.array([0.0, 0.0, 0.0, 5.0]),
+        np.array([100.0, 100.0, 0.0, 100.0]),
+        np.array([50.0, 99.9, 50.0, 50.0]),
+    )
+    assert within[0] > 0.999 and within[1] < within[0] and within[2] == 0.0 and within[3] == 0.0
+
+
+def test_comparison_on_a_ramp_orders_the_policies_as_expected(tmp_path):
+    rates = [200] * 6 + [400] * 3 + [900] * 6 + [300] * 6
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, rates)}")
+    comparison = compare_serving(load_policy(SERVING), None, trace, seed=3)
+    f = comparison.to_dict()["policies"]
+    assert set(f) == {"gpuplane", "hpa", "static", "oracle"}
+    assert f["oracle"]["gpu_hours_vs_oracle"] == 1.0
+    assert f["static"]["gpu_hours"] > f["gpuplane"]["gpu_hours"] > f["oracle"]["gpu_hours"]
+    assert f["static"]["slo_attainment"] >= 0.999
+    assert f["gpuplane"]["slo_attainment"] >= f["hpa"]["slo_attainment"]
+    assert f["gpuplane"]["scaling_actions"] > 0 and f["static"]["scaling_actions"] == 0
+    again = compare_serving(load_policy(SERVING), None, trace, seed=3).to_dict()["policies"]
+    for name in f:
+        f[name].pop("wall_s"), again[name].pop("wall_s")
+    assert again == f, "deterministic for a seed"
+
+
+def test_replicas_start_after_the_startup_time_and_hold_gpus_meanwhile(tmp_path):
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [50, 50, 800, 800, 800])}")
+    slow = compare_serving(_policy(), None, trace, ("gpuplane",), replica_startup_s=600).runs["gpuplane"]
+    fast = compare_serving(_policy(), None, trace, ("gpuplane",), replica_startup_s=0).runs["gpuplane"]
+    assert (slow.held >= slow.ready).all()
+    assert (slow.held - slow.ready).max() > 0 and (fast.held - fast.ready).max() == 0
+    assert slow.ready[:1500].sum() < fast.ready[:1500].sum()
+
+
+def test_hpa_equivalent_is_the_kubernetes_defaults_on_the_rps_target():
+    service = load_policy(SERVING).services[0]
+    hpa = hpa_equivalent(service).autoscaling
+    assert hpa.target_rps_per_replica == service.autoscaling.target_rps_per_replica
+    assert (hpa.tolerance, hpa.scale_down.stabilization_s, hpa.scale_up.max_replicas_per_period) == (0.1, 300, 4)
+    assert hpa.scale_up.tolerance is None and not hpa.predictive and not hpa.trend_lookahead
+    assert not hpa.scale_on_latency and hpa.target_queue_depth_per_replica is None
+
+
+def test_unknown_service_or_policy_is_a_clear_error(tmp_path):
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [10, 10])}")
+    with pytest.raises(TraceError, match="no such service"):
+        compare_serving(load_policy(SERVING), "nope", trace)
+    with pytest.raises(TraceError, match="unknown policies"):
+        compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "knative"))
+
+
+def test_cli_writes_the_documented_json_keys_and_html(tmp_path, capsys):
+    path = _servegen(tmp_path, [100, 300, 200])
+    out, page = tmp_path / "out.json", tmp_path / "out.html"
+    code = main(
+        [
+            "simulate-serving",
+            "--policy",
+            SERVING,
+            "--trace",
+            f"servegen:{path}",
+            "--json",
+            str(out),
+            "--html",
+            str(page),
+        ]
+    )
+    assert code == 0
+    data = json.loads(out.read_text())
+    figures = data["services"]["llm-chat"]["policies"]["gpuplane"]
+    for key in ("slo_attainment", "gpu_hours", "gpu_hours_vs_oracle", "cost", "scaling_actions"):
+        assert key in figures
+    assert "<img" in page.read_text()
+    assert main(["simulate-serving", "--policy", SERVING, "--trace", "nope:x"]) == 2
+    assert "KIND:PATH" in capsys.readouterr().err
