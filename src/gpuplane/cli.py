@@ -201,6 +201,9 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     trace = read_serving_trace(args.trace)
     if args.days:
         trace = trace.head_days(args.days)
+    gaps = trace.gap_windows
+    if gaps and args.gaps == "interpolate":
+        trace = trace.fill_gaps()
     names = tuple(n.strip() for n in args.compare.split(",") if n.strip())
     model = ServingModel(
         prefill_tokens_per_s=args.prefill_tokens_per_s, decode_step_s=args.decode_step_s, max_batch=args.max_batch
@@ -208,6 +211,11 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"trace {args.trace}: {trace.duration_s / 86400:.1f} days"
         + (f", {trace.skipped} rows skipped" if trace.skipped else "")
+        + (
+            f", {gaps} gap windows ({'interpolated' if args.gaps == 'interpolate' else 'replayed as no traffic'})"
+            if gaps
+            else ""
+        )
     )
     seconds = int(trace.duration_s)
     with console.status("simulating") as status:
@@ -219,6 +227,8 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
             policy, args.service, trace, names, model, args.seed, args.replica_startup_s, progress
         )
     data = comparison.to_dict()
+    data["trace"]["gap_windows"] = gaps
+    data["trace"]["gaps"] = args.gaps
     m = data["model"]
     console.print(
         f"service {comparison.service.name}: {data['trace']['requests']:,} requests, "
@@ -357,6 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--replica-startup-s", type=float, help="override the service's replica_startup_s")
     serving.add_argument("--days", type=float, help="only the first N days of the trace")
     serving.add_argument("--seed", type=int, default=0, help="seed of the arrival process (default 0)")
+    serving.add_argument(
+        "--gaps",
+        choices=("interpolate", "zero"),
+        default="interpolate",
+        help="ServeGen windows with no request between busy ones: holes in the record, interpolated (default), "
+        "or replayed as no traffic",
+    )
     serving.add_argument("--max-batch", type=int, default=32, help="request slots per replica (default 32)")
     serving.add_argument("--prefill-tokens-per-s", type=float, default=8000.0, help="prefill speed (default 8000)")
     serving.add_argument("--decode-step-s", type=float, default=0.025, help="seconds per generated token (0.025)")

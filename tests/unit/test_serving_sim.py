@@ -160,3 +160,11 @@ def test_cli_writes_the_documented_json_keys_and_html(tmp_path, capsys):
     assert "<img" in page.read_text()
     assert main(["simulate-serving", "--policy", SERVING, "--trace", "nope:x"]) == 2
     assert "KIND:PATH" in capsys.readouterr().err
+
+
+def test_gap_windows_are_counted_and_interpolated(tmp_path):
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [0, 100, 0, 0, 400, 0])}")
+    assert trace.gap_windows == 2
+    filled = trace.fill_gaps()
+    assert list(filled.rates) == [0, 100, 200, 300, 400, 0], "leading and trailing idle windows stay"
+    assert filled.gap_windows == 0 and trace.rates[2] == 0

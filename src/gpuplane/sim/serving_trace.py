@@ -42,6 +42,41 @@ class ServingTrace:
             return float(self.rates.size * self.window_s)
         return float(self.request_s.max() + 1) if self.request_s.size else 0.0
 
+    @property
+    def gap_windows(self) -> int:
+        """Windows with no request at all between windows with traffic (ServeGen's collection gaps)."""
+        nonzero = np.flatnonzero(self.rates > 0)
+        if nonzero.size < 2:
+            return 0
+        inner = self.rates[nonzero[0] : nonzero[-1] + 1]
+        return int(np.count_nonzero(inner == 0))
+
+    def fill_gaps(self) -> ServingTrace:
+        """The trace with its gap windows interpolated from the windows around them.
+
+        ServeGen's m-mid and m-small carry windows where the sum over a hundred clients is exactly zero,
+        between windows of a thousand and more requests/s: holes in the record, not idle hours (the
+        shared NOTES.md lists them as gaps). Replayed as zero traffic they become instant jumps from
+        nothing to peak load that no autoscaler with a model-load time can follow.
+        """
+        nonzero = np.flatnonzero(self.rates > 0)
+        if nonzero.size < 2 or not self.gap_windows:
+            return self
+        filled = self.rates.copy()
+        inner = np.arange(nonzero[0], nonzero[-1] + 1)
+        holes = inner[filled[inner] == 0]
+        filled[holes] = np.interp(holes, nonzero, self.rates[nonzero])
+        return ServingTrace(
+            self.name,
+            self.source,
+            self.window_s,
+            filled,
+            self.request_s,
+            self.context_tokens,
+            self.generated_tokens,
+            self.skipped,
+        )
+
     def head_days(self, days: float) -> ServingTrace:
         """The first ``days`` days of the trace."""
         limit = days * 86400.0
