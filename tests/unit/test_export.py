@@ -18,7 +18,7 @@ from tests.k8s_schemas import validate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLATFORM = str(EXAMPLES / "platform.yaml")
-POLICIES = ["platform.yaml", "philly.yaml", "alibaba-openb.yaml"]
+POLICIES = ["platform.yaml", "philly.yaml", "alibaba-openb.yaml", "serving.yaml"]
 VARIANTS = [
     ExportOptions(),
     ExportOptions(node_autoscaler="cluster-autoscaler", inference_autoscaler="hpa", serving_metrics="tgi"),
