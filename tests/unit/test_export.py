@@ -61,7 +61,7 @@ def test_every_emitted_object_passes_the_real_schemas(policy_file, options):
             continue
         assert validate(manifest.body) == [], (manifest.file, manifest.kind, manifest.name)
         checked += 1
-    assert checked >= 20
+    assert checked >= 12
 
 
 def test_the_validator_rejects_what_an_api_server_would():
