@@ -24,6 +24,9 @@ from gpuplane.sim.serving_trace import read_serving_trace
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "traces"
 POLICY = ROOT / "src" / "gpuplane" / "examples" / "serving.yaml"
+HPA_SWEEP = (0.95, 0.9, 0.85, 0.8, 0.75)
+"""HPA-equivalent runs at these fractions of the service's requests/s target: more replicas, more GPU-hours,
+for the comparison at equal GPU-hours."""
 RUNS = {
     "m-mid": f"servegen:{TRACES / 'alibaba_servegen_2025' / 'language' / 'm-mid'}",
     "m-small": f"servegen:{TRACES / 'alibaba_servegen_2025' / 'language' / 'm-small'}",
@@ -54,7 +57,11 @@ def main() -> int:
         gaps = trace.gap_windows
         trace = trace.fill_gaps()
         started = time.perf_counter()
-        comparison = compare_serving(policy, None, trace, replica_startup_s=120.0)
+        target = policy.services[0].autoscaling.target_rps_per_replica or 1.0
+        sweep = tuple(f"hpa@{target * f:.2f}" for f in HPA_SWEEP) if name == "m-mid" else ()
+        comparison = compare_serving(
+            policy, None, trace, ("gpuplane", "hpa", *sweep, "static", "oracle"), replica_startup_s=120.0
+        )
         wall = time.perf_counter() - started
         data = comparison.to_dict()
         requests = data["trace"]["requests"]
@@ -79,11 +86,22 @@ def main() -> int:
             f"  target: gpuplane GPU-hours <= 1.2x oracle: {g['gpu_hours_vs_oracle']:.3f}x  "
             f"{verdict(g['gpu_hours_vs_oracle'] <= 1.2)}"
         )
-        better = g["slo_attainment"] > h["slo_attainment"] and g["gpu_hours"] <= h["gpu_hours"]
-        print(
-            f"  target: better SLO than HPA at equal or lower GPU-hours: {g['slo_attainment']:.4%} vs "
-            f"{h['slo_attainment']:.4%} at {g['gpu_hours']:,.0f} vs {h['gpu_hours']:,.0f} GPU-h  {verdict(better)}"
-        )
+        hpas = [f for n, f in data["policies"].items() if n.startswith("hpa")]
+        costlier = [f for f in hpas if f["gpu_hours"] >= g["gpu_hours"]]
+        if not costlier:
+            print(
+                "  target: better SLO than HPA at equal or lower GPU-hours: no HPA run used as many GPU-hours "
+                "(widen HPA_SWEEP)  FAIL"
+            )
+        else:
+            iso = min(costlier, key=lambda f: f["gpu_hours"])
+            better = g["slo_attainment"] > iso["slo_attainment"]
+            print(
+                f"  target: better SLO than the HPA-equivalent at equal or lower GPU-hours: gpuplane "
+                f"{g['slo_attainment']:.4%} at {g['gpu_hours']:,.0f} GPU-h vs HPA {iso['slo_attainment']:.4%} at "
+                f"{iso['gpu_hours']:,.0f} GPU-h (the cheapest HPA target using as many)  {verdict(better)}"
+            )
+        print(f"  (HPA at the service's own target: {h['slo_attainment']:.4%} at {h['gpu_hours']:,.0f} GPU-h)")
     print("\nnode autoscaling on the Philly replay: not built yet (issue 4)")
     return 0
 

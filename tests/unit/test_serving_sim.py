@@ -133,7 +133,9 @@ def test_unknown_service_or_policy_is_a_clear_error(tmp_path):
     with pytest.raises(TraceError, match="no such service"):
         compare_serving(load_policy(SERVING), "nope", trace)
     with pytest.raises(TraceError, match="unknown policies"):
-        compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "knative"))
+        compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "knative", "hpa@-1"))
+    swept = compare_serving(load_policy(SERVING), None, trace, ("hpa", "hpa@2.5"))
+    assert swept.figures["hpa@2.5"]["gpu_hours"] > swept.figures["hpa"]["gpu_hours"], "a lower target, more replicas"
 
 
 def test_cli_writes_the_documented_json_keys_and_html(tmp_path, capsys):

@@ -3,7 +3,8 @@
 Policies compared on the same per-second arrivals (same seed):
 - ``gpuplane``: the service's own replica autoscaler from the policy file (all signals, panic mode,
   predictive scale-ahead when the policy asks for it);
-- ``hpa``: the Kubernetes HPA formula with its defaults on the same requests/s target (tolerance 0.1,
+- ``hpa`` (``hpa@TARGET``: at another requests/s target per replica, to compare at equal GPU-hours): the
+  Kubernetes HPA formula with its defaults on the same requests/s target (tolerance 0.1,
   15 s sync, scale up by the larger of 100 % or 4 pods per 15 s, 300 s scale-down stabilization; no panic
   mode, no latency signal, no prediction), run by the same code with those settings;
 - ``static``: a fixed fleet sized for the trace's peak minute (what the oracle needs at its peak);
@@ -108,10 +109,24 @@ def _per_minute(values: np.ndarray) -> np.ndarray:
     return sums
 
 
-def hpa_equivalent(service: ServiceSpec) -> ServiceSpec:
-    """The service as a plain HPA would scale it: requests/s target, HPA defaults, nothing else."""
+def _hpa_target(name: str) -> float | None:
+    """The target of an ``hpa@TARGET`` policy name (None for any other name)."""
+    kind, sep, raw = name.partition("@")
+    if kind != "hpa" or not sep:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def hpa_equivalent(service: ServiceSpec, target_rps: float | None = None) -> ServiceSpec:
+    """The service as a plain HPA would scale it: a requests/s target (the service's, or ``target_rps``),
+    HPA defaults, nothing else."""
     spec = service.autoscaling.model_copy(
         update={
+            "target_rps_per_replica": target_rps or service.autoscaling.target_rps_per_replica,
             "target_queue_depth_per_replica": None,
             "target_gpu_utilization": None,
             "min_gpu_memory_headroom": None,
@@ -308,9 +323,12 @@ def compare_serving(
         service = policy.services[names.index(service_name)]
     else:
         raise TraceError(f"--service '{service_name}': the policy has no such service. Fix: use one of {names}")
-    unknown = [p for p in policies if p not in POLICIES]
+    unknown = [p for p in policies if p not in POLICIES and _hpa_target(p) is None]
     if unknown:
-        raise TraceError(f"--compare: unknown policies {unknown}. Fix: use some of {', '.join(POLICIES)}")
+        raise TraceError(
+            f"--compare: unknown policies {unknown}. Fix: use some of {', '.join(POLICIES)}, or hpa@TARGET for "
+            "the HPA-equivalent at another requests/s target per replica"
+        )
     if replica_startup_s is not None:
         service = service.model_copy(update={"replica_startup_s": replica_startup_s})
     model = model or ServingModel()
@@ -340,7 +358,7 @@ def compare_serving(
             peak = np.full(counts.size, int(oracle.max()) if oracle.size else 0)
             run = ServingRun(name, peak, peak, _simulate_fixed(counts, offered, peak, model.max_batch), 0)
         else:
-            scaled = service if name == "gpuplane" else hpa_equivalent(service)
+            scaled = service if name == "gpuplane" else hpa_equivalent(service, _hpa_target(name))
             run = _simulate_autoscaled(name, scaled, model, profile, counts, work, offered, initial, on_progress)
         run.wall_s = time.perf_counter() - started
         comparison.runs[name] = run
