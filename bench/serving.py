@@ -68,7 +68,8 @@ def main() -> int:
         print(
             f"\n{name}: {requests:,} requests over {data['trace']['seconds'] / 86400:.1f} days "
             f"(mean {data['trace']['mean_rps']:,.0f} req/s, {gaps} gap windows interpolated); "
-            f"{len(data['policies'])} policies in {wall:.0f} s ({requests * len(data['policies']) / wall:,.0f} simulated requests/s)"
+            f"{len(data['policies'])} policies in {wall:.0f} s "
+            f"({requests * len(data['policies']) / wall:,.0f} simulated requests/s)"
         )
         for policy_name, f in data["policies"].items():
             print(
