@@ -266,25 +266,3 @@ def test_protection_within_nominal_covers_a_queues_earliest_promoted_runs_up_to_
     run = running(everyone, node_list, starved)
     assert not cycle(everyone, node_list, [job("fresh", klass="batch", t=7000)], run, now=9000).preempted
 
-
-@pytest.mark.parametrize(("protects", "claims"), [("within_nominal", True), (True, False), (False, False)])
-def test_a_starved_job_claims_its_queues_nominal_back_from_newer_work_only_within_nominal(protects, claims):
-    p = policy(
-        scheduling={
-            "service_levels": {"thresholds_gpu_hours": [1, 10], "preempt_within_queue": False},
-            "starvation_guard_hours": 1,
-            "starvation_guard_protects_runs": protects,
-        }
-    )
-    node_list = nodes(p, train=4)
-    newer = [(job(f"n{i}", klass="batch", t=5000 + i), 5000 + i, None) for i in range(4)]  # a's nominal 32
-    run = running(p, node_list, newer)
-    starved = served(job("starved", klass="batch", t=0), 2)  # ran 900 s: promoted at 4,500 s
-    res = cycle(p, node_list, [starved], run, now=6000)
-    if claims:
-        (victim,) = res.preempted
-        assert victim.reason.code.value == "preempted_for_starved_work"
-        assert "claims queue a's nominal h100 quota" in victim.reason.message
-        assert kinds(res)["starved"] == "admit"
-    else:
-        assert not res.preempted and kinds(res)["starved"] == "wait"

@@ -361,8 +361,6 @@ class _Cycle:
                 code = ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
             elif same_queue and victim.tier.value < r.priority:
                 code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY
-            elif same_queue and r.promoted and self.index.protect_promoted_within_nominal:
-                code = ReasonCode.PREEMPTED_FOR_STARVED_WORK
             else:
                 code = ReasonCode.PREEMPTED_FOR_LESS_SERVED
             lost = victim.lost_work_s(self.st.now)

@@ -14,10 +14,6 @@ Allowed victims (and nothing else):
    higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe).
 Work that started after the starvation guard promoted it (where the policy protects such runs) is
 spared both the level rule and reclaim at its own tier or above: only a higher tier may stop it.
-With ``starvation_guard_protects_runs: within_nominal``, a promoted job that fits its queue's nominal quota
-may also preempt its own queue's work of its tier that did not itself start promoted, whatever its level: a
-starved job gets its team's guarantee back from the team's newer work (the team's own FIFO claim, as under
-FIFO with quotas), and starved jobs never take GPUs from each other.
 With ``preemption.spare_oldest_within_nominal``, a queue's earliest-started runs that fit within its nominal
 quota are never taken by another queue (``state.nominal_core``).
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
@@ -63,17 +59,9 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     def more_served(s: Standing) -> bool:
         return s.tier == r.tier and not s.promoted and s.level > r.level
 
-    starved_claim = (
-        r.promoted
-        and st.index.protect_promoted_within_nominal
-        and option.milli * r.required <= r.queue.quota(flavor).nominal
-    )
-
     def same_queue(s: Standing) -> bool:
         if s.tier.value < r.priority:
             return s.tier.name in r.tier.may_preempt
-        if starved_claim and s.tier == r.tier and not s.started_promoted:
-            return True
         return by_level and more_served(s)
 
     sources = {r.queue.name: _Source(r.queue, same_queue)}

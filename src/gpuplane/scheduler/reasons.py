@@ -22,10 +22,6 @@ _TEMPLATES: dict[ReasonCode, str] = {
         "preempted by {preemptor} of queue {preemptor_queue}: it has had more GPU time (service level {level} > "
         "{preemptor_level}) at the same priority"
     ),
-    ReasonCode.PREEMPTED_FOR_STARVED_WORK: (
-        "preempted by {preemptor}, which has waited past the starvation guard and claims queue {queue}'s "
-        "nominal {flavor} quota back from newer work"
-    ),
     ReasonCode.INVALID_WORKLOAD: "cannot be scheduled under this policy: {error}",
     ReasonCode.NO_ELIGIBLE_POOL: "no pool of queue {queue} can take it: {pools}",
     ReasonCode.MAX_RUNNING_JOBS: "queue is at its max_running_jobs ({max_running_jobs})",

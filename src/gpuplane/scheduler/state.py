@@ -325,8 +325,6 @@ class Standing(NamedTuple):
     tier: TierInfo
     level: int
     promoted: bool
-    started_promoted: bool = False
-    """The run started after the starvation guard promoted its job (protected or not)."""
 
 
 def nominal_core(entries: Iterable[RunEntry], queues: Mapping[str, QueueInfo]) -> frozenset[str]:
@@ -385,7 +383,7 @@ class VictimIndex:
             level = e.level(now, thresholds_gpu_s, protected=promoted)
             self.levels[e.id] = level
             key = (e.queue.name, e.flavor)
-            standing = Standing(e.tier, level, promoted, e.promoted)
+            standing = Standing(e.tier, level, promoted)
             self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
@@ -406,7 +404,7 @@ class VictimIndex:
     def standing(self, entry: RunEntry) -> Standing:
         """Tier, level and promotion of an indexed entry."""
         assert entry.tier is not None
-        return Standing(entry.tier, self.level(entry), entry.id in self.promoted, entry.promoted)
+        return Standing(entry.tier, self.level(entry), entry.id in self.promoted)
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
