@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 
 from rich.console import Console
@@ -113,6 +113,18 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _write_outputs(args: argparse.Namespace, console: Console, data: object, page: Callable[[], str]) -> None:
+    """Write ``--json`` (the figures) and ``--html`` (the report page, rendered only when asked)."""
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1)
+        console.print(f"figures written to {args.json}")
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as handle:
+            handle.write(page())
+        console.print(f"report written to {args.html}")
+
+
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Replay a trace through one or more policies on the same cluster and report every figure."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -178,16 +190,13 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
             f"{p['jobs_per_s']:,.0f}",
         )
     Console(width=max(console.width, 120)).print(table)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1)
-        console.print(f"figures written to {args.json}")
-    if args.html:
+
+    def page() -> str:
         from gpuplane.sim.report import render_html
 
-        with open(args.html, "w", encoding="utf-8") as handle:
-            handle.write(render_html(comparison))
-        console.print(f"report written to {args.html}")
+        return render_html(comparison)
+
+    _write_outputs(args, console, data, page)
     return 0
 
 
@@ -250,16 +259,13 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
             f"{f['max_replicas']:,}",
         )
     console.print(table)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"services": {comparison.service.name: data}}, handle, indent=1)
-        console.print(f"figures written to {args.json}")
-    if args.html:
+
+    def page() -> str:
         from gpuplane.sim.serving_report import render_serving_html
 
-        with open(args.html, "w", encoding="utf-8") as handle:
-            handle.write(render_serving_html(comparison))
-        console.print(f"report written to {args.html}")
+        return render_serving_html(comparison)
+
+    _write_outputs(args, console, {"services": {comparison.service.name: data}}, page)
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -115,6 +116,22 @@ class ServingTrace:
         return drawn
 
 
+def _add_rates(rows: Iterable[list[str]], totals: dict[int, float]) -> int:
+    """Add each row's rate (column 2) to its window (column 1); return how many rows were unusable."""
+    skipped = 0
+    for row in rows:
+        try:
+            start, rate = int(float(row[0])), float(row[1])
+        except (IndexError, ValueError):
+            skipped += 1
+            continue
+        if rate < 0 or not math.isfinite(rate):
+            skipped += 1
+            continue
+        totals[start] = totals.get(start, 0.0) + rate
+    return skipped
+
+
 def _servegen_dir(path: Path) -> tuple[np.ndarray, int]:
     totals: dict[int, float] = {}
     skipped = 0
@@ -126,16 +143,7 @@ def _servegen_dir(path: Path) -> tuple[np.ndarray, int]:
         )
     for file in files:
         with file.open(newline="") as handle:
-            for row in csv.reader(handle):
-                try:
-                    start, rate = int(float(row[0])), float(row[1])
-                except (IndexError, ValueError):
-                    skipped += 1
-                    continue
-                if rate < 0 or not math.isfinite(rate):
-                    skipped += 1
-                    continue
-                totals[start] = totals.get(start, 0.0) + rate
+            skipped += _add_rates(csv.reader(handle), totals)
     return _windows(totals, path), skipped
 
 
@@ -147,16 +155,7 @@ def _servegen_csv(path: Path) -> tuple[np.ndarray, int]:
         header = next(reader, None)
         if header is None or len(header) < 2:
             raise TraceError(f"{path}: empty file. Fix: expected the columns timestamp_s,total_rate_rps")
-        for row in reader:
-            try:
-                start, rate = int(float(row[0])), float(row[1])
-            except (IndexError, ValueError):
-                skipped += 1
-                continue
-            if rate < 0 or not math.isfinite(rate):
-                skipped += 1
-                continue
-            totals[start] = totals.get(start, 0.0) + rate
+        skipped += _add_rates(reader, totals)
     return _windows(totals, path), skipped
 
 
