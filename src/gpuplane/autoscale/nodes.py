@@ -1,0 +1,302 @@
+"""The node autoscaler for GPU pools: which nodes to start and which to remove now, and why.
+
+Pure: the runtime passes the pools' nodes (what each holds, since when it has been empty or under-used),
+the nodes still booting, and the pending work that waits for capacity (not for quota: more nodes never
+help a team over its quota), and applies the returned ``NodeDecision``s through its node provider.
+
+Scale up, per pending workload in the scheduler's order:
+1. capacity already booting is used first, so nodes are never ordered twice for the same work;
+2. otherwise the workload's pods are packed onto new nodes of each pool it may use (pods per node from the
+   node template), and the pool with the least waste wins, then the lowest price per GPU-hour (Cluster
+   Autoscaler's least-waste then price expanders); pods of several workloads share a new node;
+3. interruptible work prefers spot pools; a spot pool the runtime marks unavailable (interrupted or
+   failing to provision) is skipped, and on-demand takes the work (``spot_unavailable_fallback``);
+4. ``max_nodes`` is never exceeded; work no pool can take gets a ``no_pool_fits`` decision with the reason.
+Pools are also kept at ``min_nodes``, and at ``warm_nodes`` empty nodes for latency-sensitive inference.
+
+Scale down, per pool, never below ``min_nodes`` and never into the warm nodes:
+- a node empty for ``scale_down.after_s`` is removed;
+- a node whose allocation stayed below ``scale_down.utilization_below`` for that long, and whose work is all
+  movable (preemptible and checkpointed), is drained when the pool's other nodes have room for its GPUs
+  (consolidation); nodes running non-preemptible work are only ever removed when empty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gpuplane.policy.schema import PolicySpec, PoolSpec
+
+
+class NodeReasonCode(StrEnum):
+    """Why nodes are added or removed. Stable strings: users and tools match on them."""
+
+    SCALE_UP_FOR_PENDING = "scale_up_for_pending"
+    SPOT_UNAVAILABLE_FALLBACK = "spot_unavailable_fallback"
+    BELOW_MIN_NODES = "below_min_nodes"
+    WARM_POOL = "warm_pool"
+    NO_POOL_FITS = "no_pool_fits"
+    SCALE_DOWN_EMPTY = "scale_down_empty"
+    CONSOLIDATE_UNDERUTILIZED = "consolidate_underutilized"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One ready node as the runtime sees it."""
+
+    name: str
+    pool: str
+    allocated_gpus: float
+    movable: bool = True
+    """All its work is preemptible and checkpointed (it may be consolidated elsewhere)."""
+    empty_since: float | None = None
+    below_threshold_since: float | None = None
+    """Since when its allocation has been under the pool's ``scale_down.utilization_below`` (None: above)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDemand:
+    """A workload waiting for capacity: its pods and the pools whose nodes could take it, preferred first."""
+
+    workload_id: str
+    pods: int
+    gpus_per_pod: int
+    pools: tuple[str, ...]
+    interruptible: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDecision:
+    """Nodes to start in a pool, or nodes to drain and remove, and the reason."""
+
+    pool: str
+    code: NodeReasonCode
+    add: int = 0
+    remove: tuple[str, ...] = ()
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Shelf:
+    """Nodes of one pool this plan counts on (booting, or ordered by it), with the GPUs still free on each."""
+
+    pool: PoolSpec
+    free: list[int]
+    ordered: int = 0
+
+    def _pack(self, pods: int, per_pod: int) -> tuple[list[int], int, int]:
+        """Free GPUs after placing what fits on the shelf (fullest node first), the pods left, new nodes for them."""
+        free = sorted(self.free)
+        remaining = pods
+        for index, gpus in enumerate(free):
+            while remaining and gpus >= per_pod:
+                gpus -= per_pod
+                remaining -= 1
+            free[index] = gpus
+        per_node = self.pool.gpus_per_node // per_pod
+        return free, remaining, math.ceil(remaining / per_node) if remaining else 0
+
+    def cost(self, pods: int, per_pod: int) -> tuple[int, int]:
+        """New nodes the pods would need here, and the GPUs those new nodes would leave idle."""
+        _, remaining, new_nodes = self._pack(pods, per_pod)
+        return new_nodes, new_nodes * self.pool.gpus_per_node - remaining * per_pod
+
+    def take(self, pods: int, per_pod: int) -> int:
+        """Place the pods (capacity already counted on first); return how many new nodes that orders."""
+        free, remaining, new_nodes = self._pack(pods, per_pod)
+        per_node = self.pool.gpus_per_node // per_pod
+        for _ in range(new_nodes):
+            here = min(per_node, remaining)
+            free.append(self.pool.gpus_per_node - here * per_pod)
+            remaining -= here
+        self.free = free
+        self.ordered += new_nodes
+        return new_nodes
+
+
+def plan_nodes(
+    policy: PolicySpec,
+    nodes: Sequence[NodeState],
+    booting: Mapping[str, int],
+    pending: Sequence[PendingDemand],
+    now: float,
+    unavailable: frozenset[str] = frozenset(),
+) -> list[NodeDecision]:
+    """The node changes to make now, each with its reason (see the module docstring for the rules)."""
+    pools = {p.name: p for p in policy.pools}
+    ready = {name: [n for n in nodes if n.pool == name] for name in pools}
+    shelves = {
+        name: _Shelf(
+            pool,
+            [max(0, math.floor(pool.gpus_per_node - n.allocated_gpus)) for n in ready[name]]
+            + [pool.gpus_per_node] * booting.get(name, 0),
+        )
+        for name, pool in pools.items()
+    }
+    decisions: list[NodeDecision] = []
+    additions: dict[str, dict[NodeReasonCode, list[str]]] = {name: {} for name in pools}
+    waiting_on: dict[str, set[str]] = {name: set() for name in pools}
+
+    def room(name: str) -> int:
+        pool = pools[name]
+        return pool.max_nodes - len(ready[name]) - booting.get(name, 0) - shelves[name].ordered
+
+    for demand in pending:
+        options: list[tuple[int, int, float, int, str]] = []
+        refused: dict[str, str] = {}
+        skipped_spot = False
+        for rank, name in enumerate(demand.pools):
+            pool = pools.get(name)
+            if pool is None:
+                refused[name] = "unknown pool"
+                continue
+            if pool.capacity_type == "spot" and not demand.interruptible:
+                refused[name] = "spot pool, work not interruptible"
+                continue
+            if name in unavailable:
+                refused[name] = "unavailable (interrupted or failing to provision)"
+                skipped_spot = skipped_spot or pool.capacity_type == "spot"
+                continue
+            if demand.gpus_per_pod > pool.gpus_per_node:
+                refused[name] = f"a pod needs {demand.gpus_per_pod} GPUs, nodes have {pool.gpus_per_node}"
+                continue
+            new_nodes, waste = shelves[name].cost(demand.pods, demand.gpus_per_pod)
+            if new_nodes > room(name):
+                refused[name] = f"at max_nodes {pool.max_nodes}"
+                continue
+            spot_first = 0 if (demand.interruptible and pool.capacity_type == "spot") else 1
+            price = pool.price_per_node_hour / pool.gpus_per_node
+            options.append((spot_first if new_nodes else -1, waste, price, rank, name))
+        if not options:
+            decisions.append(
+                NodeDecision(
+                    demand.pools[0] if demand.pools else "",
+                    NodeReasonCode.NO_POOL_FITS,
+                    details={"workload": demand.workload_id, "pools": refused},
+                )
+            )
+            continue
+        best = min(options)
+        name = best[-1]
+        ordered = shelves[name].take(demand.pods, demand.gpus_per_pod)
+        waiting_on[name].add(demand.workload_id)
+        if ordered:
+            fallback = skipped_spot and pools[name].capacity_type != "spot"
+            code = NodeReasonCode.SPOT_UNAVAILABLE_FALLBACK if fallback else NodeReasonCode.SCALE_UP_FOR_PENDING
+            additions[name].setdefault(code, []).extend([demand.workload_id] * ordered)
+    for name, pool in pools.items():
+        for code, owners in additions[name].items():
+            decisions.append(
+                NodeDecision(
+                    name,
+                    code,
+                    add=len(owners),
+                    details={"for": sorted(set(owners)), "waste_rule": "least-waste, price"},
+                )
+            )
+        minimum_added = 0
+        total = len(ready[name]) + booting.get(name, 0) + shelves[name].ordered
+        if total < pool.min_nodes:
+            decisions.append(
+                NodeDecision(
+                    name,
+                    NodeReasonCode.BELOW_MIN_NODES,
+                    add=pool.min_nodes - total,
+                    details={"min_nodes": pool.min_nodes, "nodes": total},
+                )
+            )
+            minimum_added = pool.min_nodes - total
+            total = pool.min_nodes
+        empty = sum(1 for n in ready[name] if n.allocated_gpus <= 0) + booting.get(name, 0) + minimum_added
+        if pool.warm_nodes and empty < pool.warm_nodes and total < pool.max_nodes:
+            extra = min(pool.warm_nodes - empty, pool.max_nodes - total)
+            decisions.append(
+                NodeDecision(
+                    name,
+                    NodeReasonCode.WARM_POOL,
+                    add=extra,
+                    details={"warm_nodes": pool.warm_nodes, "empty_nodes": empty},
+                )
+            )
+            total += extra
+        if not waiting_on[name] and not shelves[name].ordered:
+            decisions.extend(_scale_down(pool, ready[name], booting.get(name, 0), now))
+    return decisions
+
+
+def _scale_down(pool: PoolSpec, nodes: list[NodeState], booting: int, now: float) -> list[NodeDecision]:
+    rules = pool.scale_down
+    if not rules.enabled:
+        return []
+    keep_total = pool.min_nodes
+    removable = len(nodes) + booting - keep_total
+    if removable <= 0:
+        return []
+    due = now - rules.after_s
+    empty = sorted(
+        (n for n in nodes if n.allocated_gpus <= 0 and n.empty_since is not None and n.empty_since <= due),
+        key=lambda n: (n.empty_since, n.name),
+    )
+    warm_left = max(0, pool.warm_nodes - booting)
+    spare_empty = empty[warm_left:]
+    out: list[NodeDecision] = []
+    take = spare_empty[:removable]
+    if take:
+        out.append(
+            NodeDecision(
+                pool.name,
+                NodeReasonCode.SCALE_DOWN_EMPTY,
+                remove=tuple(n.name for n in take),
+                details={"after_s": rules.after_s},
+            )
+        )
+        removable -= len(take)
+    if rules.utilization_below <= 0 or removable <= 0:
+        return out
+    staying = [n for n in nodes if n not in take]
+    candidates = sorted(
+        (
+            n
+            for n in staying
+            if n.allocated_gpus > 0
+            and n.movable
+            and n.below_threshold_since is not None
+            and n.below_threshold_since <= due
+        ),
+        key=lambda n: (n.allocated_gpus, n.name),
+    )
+    drained: list[str] = []
+    for node in candidates:
+        if removable <= 0:
+            break
+        others = [n for n in staying if n.name != node.name and n.name not in drained]
+        free = sum(pool.gpus_per_node - n.allocated_gpus for n in others)
+        if free >= node.allocated_gpus:
+            drained.append(node.name)
+            staying = [n for n in staying if n.name != node.name]
+            for index, other in enumerate(staying):
+                if other.allocated_gpus < pool.gpus_per_node:
+                    moved = min(pool.gpus_per_node - other.allocated_gpus, node.allocated_gpus)
+                    staying[index] = NodeState(
+                        other.name,
+                        other.pool,
+                        other.allocated_gpus + moved,
+                        other.movable,
+                        None,
+                        other.below_threshold_since,
+                    )
+            removable -= 1
+    if drained:
+        out.append(
+            NodeDecision(
+                pool.name,
+                NodeReasonCode.CONSOLIDATE_UNDERUTILIZED,
+                remove=tuple(drained),
+                details={"utilization_below": rules.utilization_below, "after_s": rules.after_s},
+            )
+        )
+    return out
