@@ -147,6 +147,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         estimates=args.estimates,
         seed=args.seed,
         workers=args.workers,
+        autoscale_nodes=args.autoscale_nodes,
     )
     report = trace.report
     console.print(
@@ -361,6 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="simulate this many policies at once, one process each (same figures; default 1)",
+    )
+    sim.add_argument(
+        "--autoscale-nodes",
+        action="store_true",
+        help="provision nodes with the node autoscaler (pools start at min_nodes and grow up to the cluster size)",
     )
     sim.add_argument("--json", help="write every figure to this JSON file")
     sim.add_argument("--html", help="write a report with plots to this HTML file")

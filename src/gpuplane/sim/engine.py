@@ -23,11 +23,13 @@ from enum import IntEnum
 from typing import Protocol
 
 from gpuplane.model import DecisionKind, Node, PodSet, Workload, WorkloadClass
+from gpuplane.model.decision import Decision
 from gpuplane.model.placement import Placement
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex
 from gpuplane.scheduler.cycle import CycleResult, run_cycle
 from gpuplane.scheduler.state import CycleState
+from gpuplane.sim.node_scaling import NodeScaler
 from gpuplane.sim.trace import Trace, TraceJob
 from gpuplane.sim.variants import JobView, Variant
 
@@ -69,9 +71,11 @@ class Event(IntEnum):
     SUBMIT = 3
     RETIER = 4
     CYCLE = 5
+    NODE_READY = 6
+    AUTOSCALE = 7
 
 
-_NODE_EVENTS = frozenset({Event.NODE_DOWN, Event.NODE_UP})
+_NODE_EVENTS = frozenset({Event.NODE_DOWN, Event.NODE_UP, Event.NODE_READY, Event.AUTOSCALE})
 
 
 @dataclass(slots=True)
@@ -134,6 +138,13 @@ class SimResult:
     """Node-seconds that nodes spent gone or booting a replacement."""
     untyped_jobs: int = 0
     """Jobs whose GPU types (Alibaba's gpu_spec) no pool of the policy has: they may use any pool."""
+    pending_gpu_s: float = 0.0
+    """GPU-seconds asked by jobs while they waited (pending-GPU time)."""
+    provisioned_gpu_s: dict[str, float] = field(default_factory=dict)
+    """GPU-seconds of nodes paid for, per pool (every node of a fixed cluster; ready and booting nodes when
+    autoscaled)."""
+    node_scaling: dict[str, object] | None = None
+    """Nodes added and removed and decisions per reason code, when the node autoscaler ran."""
 
 
 def pods_for(job: TraceJob, gpus_per_node: int, sharing: bool = False) -> PodSet:
@@ -163,6 +174,7 @@ class Simulation:
         sample_every_s: float = 600.0,
         on_progress: Callable[[int], None] | None = None,
         seed: int = 0,
+        node_autoscaling: bool = False,
     ) -> None:
         self.variant = variant
         self.policy: PolicySpec = variant.policy
@@ -214,6 +226,15 @@ class Simulation:
         self.interruptions = 0
         self.interrupted_lost_gpu_s = 0.0
         self.node_down_s = 0.0
+        self.capacity_gpus = sum(n.gpus for n in nodes)
+        self.scaler = NodeScaler(self.policy, nodes, self.state) if node_autoscaling else None
+        self.last_waits: list[Decision] = []
+        self.pending_gpus = 0.0
+        self.pending_gpu_s = 0.0
+        self.provisioned_gpu_s: dict[str, float] = {}
+        self.pool_capacity: dict[str, int] = {}
+        for node in nodes:
+            self.pool_capacity[node.pool] = self.pool_capacity.get(node.pool, 0) + node.gpus
 
     # -- events ------------------------------------------------------------------------------------
     def _push(self, t: float, kind: Event, job_id: str = "", version: int = 0) -> None:
@@ -235,6 +256,8 @@ class Simulation:
             self._push(job.submit_s, Event.SUBMIT, job.id)
         for name in self.spot:
             self._push_interruption(name, 0.0)
+        if self.scaler is not None:
+            self._push(0.0, Event.AUTOSCALE)
         jobs = {j.id: j for j in self.trace.jobs}
         now = 0.0
         same_instant = 0
@@ -262,6 +285,10 @@ class Simulation:
                 record = self.records[job_id]
                 if record.version == version and record.run_start is not None:
                     self._retier(record, now)
+            elif kind == Event.NODE_READY:
+                self._node_ready(job_id, now)
+            elif kind == Event.AUTOSCALE:
+                self._autoscale(now, len(jobs))
             else:
                 self.cycle_queued_at = None
                 self._cycle(now)
@@ -281,11 +308,19 @@ class Simulation:
             interrupted_lost_gpu_s=self.interrupted_lost_gpu_s,
             node_down_s=self.node_down_s + sum(now - t for t in self.down_since.values()),
             untyped_jobs=self.untyped_jobs,
+            pending_gpu_s=self.pending_gpu_s,
+            provisioned_gpu_s=self.provisioned_gpu_s,
+            node_scaling=None if self.scaler is None else self._scaling_figures(),
         )
 
     def _account(self, now: float) -> None:
         if now > self.last_change:
-            self.allocated_gpu_s += self.allocated * (now - self.last_change)
+            span = now - self.last_change
+            self.allocated_gpu_s += self.allocated * span
+            self.pending_gpu_s += self.pending_gpus * span
+            provisioned = self.pool_capacity if self.scaler is None else self.scaler.provisioned_by_pool()
+            for pool, gpus in provisioned.items():
+                self.provisioned_gpu_s[pool] = self.provisioned_gpu_s.get(pool, 0.0) + gpus * span
             self.last_change = now
         while self.next_sample <= now:
             self.samples.append(Sample(self.next_sample, self.allocated, len(self.state.running), len(self.pending)))
@@ -330,6 +365,7 @@ class Simulation:
             self.untyped_jobs += 1
         self.records[job.id] = record
         self.pending[job.id] = record
+        self.pending_gpus += job.gpus
         self._queue_cycle(now)
 
     def _start(self, record: JobRecord, placement: Placement, now: float) -> None:
@@ -341,6 +377,7 @@ class Simulation:
         record.gpus = self._gpus_of(placement)
         self.allocated += record.gpus
         del self.pending[record.job.id]
+        self.pending_gpus -= record.job.gpus
         self._push(now + record.remaining_s / record.speed, Event.FINISH, record.job.id, record.version)
         self._push_retier(record, now)
 
@@ -383,6 +420,9 @@ class Simulation:
 
     def _node_down(self, name: str, now: float) -> None:
         """A spot node is reclaimed: its jobs stop (losing work since their checkpoint) and a replacement boots."""
+        if self.scaler is not None and name not in self.scaler.ready:
+            self._push_interruption(name, now)  # not provisioned (or booting): nothing to interrupt
+            return
         self.interruptions += 1
         self.down_since[name] = now
         for wid in self.state.node_down(name):
@@ -409,6 +449,7 @@ class Simulation:
         record.remaining_s = max(0.0, record.remaining_s - kept * record.speed)
         record.preemptions += 1
         self.pending[record.job.id] = record
+        self.pending_gpus += record.job.gpus
         if self.levels:
             record.workload = self._workload(record, record.tier)
 
@@ -427,6 +468,33 @@ class Simulation:
         self._queue_cycle(now)
         self._push_retier(record, now)
 
+    # -- node autoscaling ----------------------------------------------------------------------------
+    def _autoscale(self, now: float, total_jobs: int) -> None:
+        """Plan the pools' nodes (``autoscale.nodes``) from the last cycle; order and release nodes."""
+        assert self.scaler is not None
+        pending = {wid: r.workload for wid, r in self.pending.items()}
+        waits = [d for d in self.last_waits if d.workload_id in pending]
+        ordered, released = self.scaler.tick(now, waits, pending)
+        for name, ready_at in ordered:
+            self._push(ready_at, Event.NODE_READY, name)
+        if released:
+            self._queue_cycle(now)
+        if self.done < total_jobs:
+            self._push(now + self.scaler.tick_s, Event.AUTOSCALE)
+
+    def _node_ready(self, name: str, now: float) -> None:
+        assert self.scaler is not None
+        self.scaler.booted(name)
+        self._queue_cycle(now)
+
+    def _scaling_figures(self) -> dict[str, object]:
+        assert self.scaler is not None
+        return {
+            "nodes_added": self.scaler.nodes_added,
+            "nodes_removed": self.scaler.nodes_removed,
+            "decisions": dict(sorted(self.scaler.decisions.items())),
+        }
+
     # -- cycles ------------------------------------------------------------------------------------
     def _cycle(self, now: float) -> None:
         if not self.pending:
@@ -435,6 +503,8 @@ class Simulation:
         self.cycles += 1
         result = run_cycle(self.state, now, [r.workload for r in self.pending.values()])
         self._apply(result, now)
+        if self.scaler is not None:
+            self.last_waits = [d for d in result.decisions if d.kind is DecisionKind.WAIT]
 
     def _apply(self, result: CycleResult, now: float) -> None:
         self.decisions += result.decision_count

@@ -106,5 +106,21 @@ def summarize(result: SimResult) -> dict[str, Any]:
         },
         "cost": {"by_pool": cost, "total": sum(c["cost"] for c in cost.values())},
         "cycles": result.cycles,
+        "capacity": _capacity_figures(result),
         "per_team": teams,
+    }
+
+
+def _capacity_figures(result: SimResult) -> dict[str, Any]:
+    """What the cluster cost and how much of it waited or idled: provisioned, idle and pending GPU-hours."""
+    provisioned = sum(result.provisioned_gpu_s.values())
+    cost = sum(
+        gpu_s / 3600 * result.gpu_price_per_hour.get(pool, 0.0) for pool, gpu_s in result.provisioned_gpu_s.items()
+    )
+    return {
+        "provisioned_gpu_hours": provisioned / 3600,
+        "idle_gpu_hours": max(0.0, provisioned - result.allocated_gpu_s) / 3600,
+        "pending_gpu_hours": result.pending_gpu_s / 3600,
+        "provisioned_cost": cost,
+        "node_autoscaling": result.node_scaling,
     }

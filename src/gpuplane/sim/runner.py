@@ -35,6 +35,8 @@ class Options:
     seed: int = 0
     workers: int = 1
     """Policies simulated at once, each in its own process (1: one after another in this process)."""
+    autoscale_nodes: bool = False
+    """Provision the pools' nodes with the node autoscaler (the cluster size is then the pools' maximum)."""
 
 
 @dataclass(slots=True)
@@ -112,6 +114,7 @@ def _simulate(
         estimator=_estimator(options.estimates),
         on_progress=on_progress,
         seed=options.seed,
+        node_autoscaling=options.autoscale_nodes,
     )
     started = time.perf_counter()
     result = simulation.run()

@@ -1,0 +1,169 @@
+"""Node autoscaling inside the simulator: the pools' nodes are provisioned and released by the core's
+``autoscale.nodes.plan_nodes``, with each pool's ``startup_seconds`` of boot time.
+
+The cluster the simulation is given is the pools at their largest (``max_nodes``); nodes beyond each pool's
+``min_nodes`` start unprovisioned (down in the scheduler's state). Every ``tick_s`` of virtual time the
+scaler reads the scheduler's state (what each node holds, what waits for capacity after the last cycle),
+asks ``plan_nodes`` and applies its decisions: new nodes serve after their pool's ``startup_seconds`` and
+cost from the moment they are ordered; empty nodes are released. Consolidation decisions (draining
+under-used nodes) are counted but not applied: the simulator releases only empty nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpuplane.autoscale.nodes import NodeDecision, NodeState, PendingDemand, plan_nodes
+from gpuplane.model import Node, Workload
+from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
+from gpuplane.policy import PolicySpec
+from gpuplane.scheduler.state import CycleState
+
+CAPACITY_CODES = frozenset(
+    {
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        ReasonCode.TOPOLOGY_UNSATISFIABLE,
+        ReasonCode.RESERVED,
+        ReasonCode.WOULD_DELAY_RESERVATION,
+    }
+)
+
+
+class NodeScaler:
+    """Which of the simulation's nodes are provisioned, booting or spare, and the plan for each tick."""
+
+    def __init__(self, policy: PolicySpec, nodes: list[Node], state: CycleState, tick_s: float = 60.0) -> None:
+        self.policy = policy
+        self.state = state
+        self.tick_s = tick_s
+        self.size = {p.name: p.gpus_per_node for p in policy.pools}
+        self.startup = {p.name: p.startup_seconds for p in policy.pools}
+        self.pool_of = {n.name: n.pool for n in nodes}
+        self.spare: dict[str, list[str]] = {p.name: [] for p in policy.pools}
+        self.ready: set[str] = set()
+        self.booting: dict[str, float] = {}
+        self.empty_since: dict[str, float] = {}
+        self.below_since: dict[str, float] = {}
+        self.decisions: dict[str, int] = {}
+        self.nodes_added = 0
+        self.nodes_removed = 0
+        kept: dict[str, int] = {}
+        minimum = {p.name: p.min_nodes for p in policy.pools}
+        for node in nodes:
+            if kept.get(node.pool, 0) < minimum[node.pool]:
+                kept[node.pool] = kept.get(node.pool, 0) + 1
+                self.ready.add(node.name)
+            else:
+                state.node_down(node.name)
+                self.spare[node.pool].append(node.name)
+        for names in self.spare.values():
+            names.reverse()
+
+    def provisioned_by_pool(self) -> dict[str, int]:
+        """GPUs paid for now per pool: ready nodes and nodes still booting."""
+        out: dict[str, int] = {}
+        for name in (*self.ready, *self.booting):
+            pool = self.pool_of[name]
+            out[pool] = out.get(pool, 0) + self.size[pool]
+        return out
+
+    def _node_states(self, now: float) -> list[NodeState]:
+        cap = self.state.cap
+        movable: dict[int, bool] = {}
+        for entry in self.state.running.values():
+            for slot in entry.slots:
+                movable[slot[0]] = movable.get(slot[0], True) and entry.preemptible
+        states: list[NodeState] = []
+        for name in sorted(self.ready):
+            idx = cap.by_name[name]
+            pool = self.pool_of[name]
+            allocated = self.size[pool] - len(cap.free[idx])
+            if allocated <= 0:
+                self.empty_since.setdefault(name, now)
+            else:
+                self.empty_since.pop(name, None)
+            if allocated < self.policy.pool(pool).scale_down.utilization_below * self.size[pool]:
+                self.below_since.setdefault(name, now)
+            else:
+                self.below_since.pop(name, None)
+            states.append(
+                NodeState(
+                    name,
+                    pool,
+                    float(allocated),
+                    movable.get(idx, True),
+                    self.empty_since.get(name),
+                    self.below_since.get(name),
+                )
+            )
+        return states
+
+    def _demand(self, waits: Iterable[Decision], pending: dict[str, Workload]) -> list[PendingDemand]:
+        out: list[PendingDemand] = []
+        for decision in waits:
+            if decision.kind is not DecisionKind.WAIT or decision.reason.code not in CAPACITY_CODES:
+                continue
+            workload = pending.get(decision.workload_id)
+            if workload is None:
+                continue
+            resolved = self.state.resolve(workload)
+            pools = tuple(p.name for option in resolved.options for p in option.pools)
+            spot_ok = any(self.policy.pool(p).capacity_type == "spot" for p in pools)
+            out.append(
+                PendingDemand(
+                    workload.id,
+                    resolved.required,
+                    max(1, resolved.gpus_per_pod),
+                    pools,
+                    interruptible=resolved.preemptible and spot_ok,
+                )
+            )
+        return out
+
+    def tick(
+        self, now: float, waits: Iterable[Decision], pending: dict[str, Workload]
+    ) -> tuple[list[tuple[str, float]], list[str]]:
+        """Plan at ``now``; return the nodes ordered (with when they are ready) and the nodes released."""
+        booting: dict[str, int] = {}
+        for name in self.booting:
+            booting[self.pool_of[name]] = booting.get(self.pool_of[name], 0) + 1
+        plan = plan_nodes(self.policy, self._node_states(now), booting, self._demand(waits, pending), now)
+        ordered: list[tuple[str, float]] = []
+        released: list[str] = []
+        for decision in plan:
+            self.decisions[decision.code.value] = self.decisions.get(decision.code.value, 0) + 1
+            ordered += self._order(decision, now)
+            released += self._release(decision)
+        return ordered, released
+
+    def _order(self, decision: NodeDecision, now: float) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        spare = self.spare.get(decision.pool, [])
+        for _ in range(min(decision.add, len(spare))):
+            name = spare.pop()
+            ready_at = now + self.startup[decision.pool]
+            self.booting[name] = ready_at
+            out.append((name, ready_at))
+            self.nodes_added += 1
+        return out
+
+    def _release(self, decision: NodeDecision) -> list[str]:
+        if decision.code.value != "scale_down_empty":
+            return []
+        out: list[str] = []
+        for name in decision.remove:
+            if self.state.node_down(name):
+                raise AssertionError(f"node {name} was released while it held work")
+            self.ready.discard(name)
+            self.empty_since.pop(name, None)
+            self.below_since.pop(name, None)
+            self.spare[self.pool_of[name]].append(name)
+            self.nodes_removed += 1
+            out.append(name)
+        return out
+
+    def booted(self, name: str) -> None:
+        """A node finished booting: it serves from now on."""
+        self.booting.pop(name, None)
+        self.ready.add(name)
+        self.state.node_up(name)
