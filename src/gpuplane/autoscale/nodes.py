@@ -257,7 +257,8 @@ def _scale_down(pool: PoolSpec, nodes: list[NodeState], booting: int, now: float
         removable -= len(take)
     if rules.utilization_below <= 0 or removable <= 0:
         return out
-    staying = [n for n in nodes if n not in take]
+    taken = {n.name for n in take}
+    staying = [n for n in nodes if n.name not in taken]
     candidates = sorted(
         (
             n
@@ -269,26 +270,15 @@ def _scale_down(pool: PoolSpec, nodes: list[NodeState], booting: int, now: float
         ),
         key=lambda n: (n.allocated_gpus, n.name),
     )
+    free = sum(pool.gpus_per_node - n.allocated_gpus for n in staying)
     drained: list[str] = []
     for node in candidates:
         if removable <= 0:
             break
-        others = [n for n in staying if n.name != node.name and n.name not in drained]
-        free = sum(pool.gpus_per_node - n.allocated_gpus for n in others)
-        if free >= node.allocated_gpus:
+        others_free = free - (pool.gpus_per_node - node.allocated_gpus)
+        if others_free >= node.allocated_gpus:
             drained.append(node.name)
-            staying = [n for n in staying if n.name != node.name]
-            for index, other in enumerate(staying):
-                if other.allocated_gpus < pool.gpus_per_node:
-                    moved = min(pool.gpus_per_node - other.allocated_gpus, node.allocated_gpus)
-                    staying[index] = NodeState(
-                        other.name,
-                        other.pool,
-                        other.allocated_gpus + moved,
-                        other.movable,
-                        None,
-                        other.below_threshold_since,
-                    )
+            free -= pool.gpus_per_node
             removable -= 1
     if drained:
         out.append(

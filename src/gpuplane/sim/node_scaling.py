@@ -38,6 +38,7 @@ class NodeScaler:
         self.tick_s = tick_s
         self.size = {p.name: p.gpus_per_node for p in policy.pools}
         self.startup = {p.name: p.startup_seconds for p in policy.pools}
+        self.threshold = {p.name: p.scale_down.utilization_below * p.gpus_per_node for p in policy.pools}
         self.pool_of = {n.name: n.pool for n in nodes}
         self.spare: dict[str, list[str]] = {p.name: [] for p in policy.pools}
         self.ready: set[str] = set()
@@ -69,10 +70,7 @@ class NodeScaler:
 
     def _node_states(self, now: float) -> list[NodeState]:
         cap = self.state.cap
-        movable: dict[int, bool] = {}
-        for entry in self.state.running.values():
-            for slot in entry.slots:
-                movable[slot[0]] = movable.get(slot[0], True) and entry.preemptible
+        movable: dict[int, bool] | None = None
         states: list[NodeState] = []
         for name in sorted(self.ready):
             idx = cap.by_name[name]
@@ -82,21 +80,32 @@ class NodeScaler:
                 self.empty_since.setdefault(name, now)
             else:
                 self.empty_since.pop(name, None)
-            if allocated < self.policy.pool(pool).scale_down.utilization_below * self.size[pool]:
+            if allocated < self.threshold[pool]:
                 self.below_since.setdefault(name, now)
             else:
                 self.below_since.pop(name, None)
+            below = self.below_since.get(name)
+            if below is not None and allocated > 0 and movable is None:
+                movable = self._movable()
             states.append(
                 NodeState(
                     name,
                     pool,
                     float(allocated),
-                    movable.get(idx, True),
+                    True if below is None or movable is None else movable.get(idx, True),
                     self.empty_since.get(name),
-                    self.below_since.get(name),
+                    below,
                 )
             )
         return states
+
+    def _movable(self) -> dict[int, bool]:
+        """Per node index: whether every run on it is preemptible (only needed for consolidation)."""
+        movable: dict[int, bool] = {}
+        for entry in self.state.running.values():
+            for slot in entry.slots:
+                movable[slot[0]] = movable.get(slot[0], True) and entry.preemptible
+        return movable
 
     def _demand(self, waits: Iterable[Decision], pending: dict[str, Workload]) -> list[PendingDemand]:
         out: list[PendingDemand] = []
