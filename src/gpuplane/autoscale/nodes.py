@@ -11,7 +11,8 @@ Scale up, per pending workload in the scheduler's order:
    Autoscaler's least-waste then price expanders); pods of several workloads share a new node;
 3. interruptible work prefers spot pools; a spot pool the runtime marks unavailable (interrupted or
    failing to provision) is skipped, and on-demand takes the work (``spot_unavailable_fallback``);
-4. ``max_nodes`` is never exceeded; work no pool can take gets a ``no_pool_fits`` decision with the reason.
+4. ``max_nodes`` is never exceeded; work no pool can take is counted in one ``no_pool_fits`` decision per
+   pool, with the reason per pool for the first such workload.
 Pools are also kept at ``min_nodes``, and at ``warm_nodes`` empty nodes for latency-sensitive inference.
 
 Scale down, per pool, never below ``min_nodes`` and never into the warm nodes:
@@ -145,7 +146,14 @@ def plan_nodes(
         pool = pools[name]
         return pool.max_nodes - len(ready[name]) - booting.get(name, 0) - shelves[name].ordered
 
+    unplaced: dict[str, list[str]] = {}
+    unplaced_why: dict[str, dict[str, str]] = {}
     for demand in pending:
+        if all(room(name) <= 0 and not shelves[name].free for name in demand.pools if name in pools):
+            first = demand.pools[0] if demand.pools else ""
+            unplaced.setdefault(first, []).append(demand.workload_id)
+            unplaced_why.setdefault(first, {name: "at max_nodes" for name in demand.pools})
+            continue
         options: list[tuple[int, int, float, int, str]] = []
         refused: dict[str, str] = {}
         skipped_spot = False
@@ -172,13 +180,9 @@ def plan_nodes(
             price = pool.price_per_node_hour / pool.gpus_per_node
             options.append((spot_first if new_nodes else -1, waste, price, rank, name))
         if not options:
-            decisions.append(
-                NodeDecision(
-                    demand.pools[0] if demand.pools else "",
-                    NodeReasonCode.NO_POOL_FITS,
-                    details={"workload": demand.workload_id, "pools": refused},
-                )
-            )
+            first = demand.pools[0] if demand.pools else ""
+            unplaced.setdefault(first, []).append(demand.workload_id)
+            unplaced_why.setdefault(first, refused)
             continue
         best = min(options)
         name = best[-1]
@@ -188,6 +192,14 @@ def plan_nodes(
             fallback = skipped_spot and pools[name].capacity_type != "spot"
             code = NodeReasonCode.SPOT_UNAVAILABLE_FALLBACK if fallback else NodeReasonCode.SCALE_UP_FOR_PENDING
             additions[name].setdefault(code, []).extend([demand.workload_id] * ordered)
+    for first, workloads in unplaced.items():
+        decisions.append(
+            NodeDecision(
+                first,
+                NodeReasonCode.NO_POOL_FITS,
+                details={"workloads": len(workloads), "first": workloads[0], "pools": unplaced_why[first]},
+            )
+        )
     for name, pool in pools.items():
         for code, owners in additions[name].items():
             decisions.append(

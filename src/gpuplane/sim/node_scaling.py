@@ -59,14 +59,17 @@ class NodeScaler:
                 self.spare[node.pool].append(node.name)
         for names in self.spare.values():
             names.reverse()
+        self._provisioned: dict[str, int] = {}
+        for name in self.ready:
+            self._count(name, +1)
 
     def provisioned_by_pool(self) -> dict[str, int]:
         """GPUs paid for now per pool: ready nodes and nodes still booting."""
-        out: dict[str, int] = {}
-        for name in (*self.ready, *self.booting):
-            pool = self.pool_of[name]
-            out[pool] = out.get(pool, 0) + self.size[pool]
-        return out
+        return self._provisioned
+
+    def _count(self, name: str, sign: int) -> None:
+        pool = self.pool_of[name]
+        self._provisioned[pool] = self._provisioned.get(pool, 0) + sign * self.size[pool]
 
     def _node_states(self, now: float) -> list[NodeState]:
         cap = self.state.cap
@@ -152,6 +155,7 @@ class NodeScaler:
             name = spare.pop()
             ready_at = now + self.startup[decision.pool]
             self.booting[name] = ready_at
+            self._count(name, +1)
             out.append((name, ready_at))
             self.nodes_added += 1
         return out
@@ -164,6 +168,7 @@ class NodeScaler:
             if self.state.node_down(name):
                 raise AssertionError(f"node {name} was released while it held work")
             self.ready.discard(name)
+            self._count(name, -1)
             self.empty_since.pop(name, None)
             self.below_since.pop(name, None)
             self.spare[self.pool_of[name]].append(name)
