@@ -55,7 +55,7 @@ def test_booting_nodes_are_counted_before_ordering_more():
 def test_max_nodes_is_never_exceeded_and_unplaceable_work_says_why():
     ready = steady([NodeState(f"big-{i}", "big", 8.0) for i in range(3)])
     pending = [PendingDemand("huge", pods=2, gpus_per_pod=8, pools=("big",))]
-    (decision,) = plan_nodes(POLICY, ready, {}, pending + [PendingDemand("more", 2, 8, ("big",))], now=0)
+    (decision,) = plan_nodes(POLICY, ready, {}, [*pending, PendingDemand("more", 2, 8, ("big",))], now=0)
     assert decision.code == N.NO_POOL_FITS and decision.details["pools"] == {"big": "at max_nodes 4"}
     assert decision.details["workloads"] == 2 and decision.details["first"] == "huge"
     too_big = [PendingDemand("wide", pods=1, gpus_per_pod=16, pools=("big",))]

@@ -20,9 +20,7 @@ def replica_id(service: ServiceSpec, index: int) -> str:
 
 def replica_workloads(service: ServiceSpec, first_index: int, count: int, now: float) -> list[Workload]:
     """``count`` new replicas of ``service`` (ids from ``first_index`` on), submitted at ``now``."""
-    pods = (
-        PodSet(1, 0, service.mig_profile) if service.mig_profile is not None else PodSet(1, service.gpus_per_replica)
-    )
+    pods = PodSet(1, 0, service.mig_profile) if service.mig_profile is not None else PodSet(1, service.gpus_per_replica)
     return [
         Workload(
             replica_id(service, first_index + offset),
