@@ -504,7 +504,7 @@ class Simulation:
         result = run_cycle(self.state, now, [r.workload for r in self.pending.values()])
         self._apply(result, now)
         if self.scaler is not None:
-            self.last_waits = [d for d in result.decisions if d.kind is DecisionKind.WAIT]
+            self.last_waits = [d for d in result.decided if d.kind is DecisionKind.WAIT]
 
     def _apply(self, result: CycleResult, now: float) -> None:
         self.decisions += result.decision_count

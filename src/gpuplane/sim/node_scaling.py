@@ -111,8 +111,15 @@ class NodeScaler:
         return movable
 
     def _demand(self, waits: Iterable[Decision], pending: dict[str, Workload]) -> list[PendingDemand]:
+        """Capacity-blocked work in the scheduler's order, up to what the spare and booting nodes could hold
+        (more could not change the plan, and a saturated replay has thousands of waiting jobs)."""
+        limit = sum(self.size[pool] * len(names) for pool, names in self.spare.items())
+        limit += sum(self.size[self.pool_of[name]] for name in self.booting)
+        asked = 0
         out: list[PendingDemand] = []
         for decision in waits:
+            if asked > limit:
+                break
             if decision.kind is not DecisionKind.WAIT or decision.reason.code not in CAPACITY_CODES:
                 continue
             workload = pending.get(decision.workload_id)
@@ -130,6 +137,7 @@ class NodeScaler:
                     interruptible=resolved.preemptible and spot_ok,
                 )
             )
+            asked += resolved.required * max(1, resolved.gpus_per_pod)
         return out
 
     def tick(
