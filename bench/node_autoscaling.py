@@ -12,6 +12,7 @@ both lower with the autoscaler.
 
     python bench/node_autoscaling.py                   # up to 1,000 GPUs
     python bench/node_autoscaling.py --max-gpus 2496
+    python bench/node_autoscaling.py --limit 25000     # the first 25,000 jobs (about half a minute)
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-gpus", type=int, default=1000)
     parser.add_argument("--policy", default=str(POLICY))
+    parser.add_argument("--limit", type=int, help="only the first N jobs of the trace")
     args = parser.parse_args()
     if not PHILLY.exists():
         print(f"skipped: {PHILLY} not found")
         return 0
     trace = read_trace(f"philly-pollux:{PHILLY}")
+    if args.limit:
+        trace = trace.head(args.limit)
     policy = load_policy(args.policy)
     started = time.perf_counter()
     scaled = compare(policy, trace, Options(policies=("gpuplane",), gpus=args.max_gpus, autoscale_nodes=True))
