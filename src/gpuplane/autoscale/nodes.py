@@ -149,11 +149,6 @@ def plan_nodes(
     unplaced: dict[str, list[str]] = {}
     unplaced_why: dict[str, dict[str, str]] = {}
     for demand in pending:
-        if all(room(name) <= 0 and not shelves[name].free for name in demand.pools if name in pools):
-            first = demand.pools[0] if demand.pools else ""
-            unplaced.setdefault(first, []).append(demand.workload_id)
-            unplaced_why.setdefault(first, {name: "at max_nodes" for name in demand.pools})
-            continue
         options: list[tuple[int, int, float, int, str]] = []
         refused: dict[str, str] = {}
         skipped_spot = False
@@ -172,7 +167,8 @@ def plan_nodes(
             if demand.gpus_per_pod > pool.gpus_per_node:
                 refused[name] = f"a pod needs {demand.gpus_per_pod} GPUs, nodes have {pool.gpus_per_node}"
                 continue
-            new_nodes, waste = shelves[name].cost(demand.pods, demand.gpus_per_pod)
+            full = room(name) <= 0 and max(shelves[name].free, default=0) < demand.gpus_per_pod
+            new_nodes, waste = (1, 0) if full else shelves[name].cost(demand.pods, demand.gpus_per_pod)
             if new_nodes > room(name):
                 refused[name] = f"at max_nodes {pool.max_nodes}"
                 continue

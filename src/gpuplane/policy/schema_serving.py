@@ -24,11 +24,13 @@ class ScalingRulesSpec(_Spec):
     period_s: float = Field(15.0, gt=0, le=1800)
 
 
-def _hpa_scale_up() -> ScalingRulesSpec:
+def hpa_scale_up() -> ScalingRulesSpec:
+    """HPA v2's default scale-up rules: no stabilization, the larger of +100 % or +4 replicas per 15 s."""
     return ScalingRulesSpec(stabilization_s=0, max_percent_per_period=100, max_replicas_per_period=4, period_s=15)
 
 
-def _hpa_scale_down() -> ScalingRulesSpec:
+def hpa_scale_down() -> ScalingRulesSpec:
+    """HPA v2's default scale-down rules: the highest recommendation of 300 s, up to 100 % per 15 s."""
     return ScalingRulesSpec(stabilization_s=300, max_percent_per_period=100, period_s=15)
 
 
@@ -42,8 +44,8 @@ class ReplicaAutoscalingSpec(_Spec):
     min_gpu_memory_headroom: float | None = Field(None, gt=0, lt=1)
     scale_on_latency: bool = True
     tolerance: float = Field(0.1, ge=0, lt=1)
-    scale_up: ScalingRulesSpec = Field(default_factory=_hpa_scale_up)
-    scale_down: ScalingRulesSpec = Field(default_factory=_hpa_scale_down)
+    scale_up: ScalingRulesSpec = Field(default_factory=hpa_scale_up)
+    scale_down: ScalingRulesSpec = Field(default_factory=hpa_scale_down)
     stable_window_s: float = Field(60.0, gt=0)
     panic_window_s: float = Field(6.0, gt=0)
     panic_threshold: float = Field(2.0, gt=1)

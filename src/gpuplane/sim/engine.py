@@ -228,7 +228,7 @@ class Simulation:
         self.node_down_s = 0.0
         self.capacity_gpus = sum(n.gpus for n in nodes)
         self.scaler = NodeScaler(self.policy, nodes, self.state) if node_autoscaling else None
-        self.last_waits: list[Decision] = []
+        self.last_decided: tuple[Decision, ...] = ()
         self.pending_gpus = 0.0
         self.pending_gpu_s = 0.0
         self.provisioned_gpu_s: dict[str, float] = {}
@@ -472,15 +472,17 @@ class Simulation:
     def _autoscale(self, now: float, total_jobs: int) -> None:
         """Plan the pools' nodes (``autoscale.nodes``) from the last cycle; order and release nodes."""
         assert self.scaler is not None
-        pending = {wid: r.workload for wid, r in self.pending.items()}
-        waits = [d for d in self.last_waits if d.workload_id in pending]
-        ordered, released = self.scaler.tick(now, waits, pending)
+        ordered, released = self.scaler.tick(now, self.last_decided, self._pending_workload)
         for name, ready_at in ordered:
             self._push(ready_at, Event.NODE_READY, name)
         if released:
             self._queue_cycle(now)
         if self.done < total_jobs:
             self._push(now + self.scaler.tick_s, Event.AUTOSCALE)
+
+    def _pending_workload(self, workload_id: str) -> Workload | None:
+        record = self.pending.get(workload_id)
+        return None if record is None else record.workload
 
     def _node_ready(self, name: str, now: float) -> None:
         assert self.scaler is not None
@@ -504,7 +506,7 @@ class Simulation:
         result = run_cycle(self.state, now, [r.workload for r in self.pending.values()])
         self._apply(result, now)
         if self.scaler is not None:
-            self.last_waits = [d for d in result.decided if d.kind is DecisionKind.WAIT]
+            self.last_decided = result.decided
 
     def _apply(self, result: CycleResult, now: float) -> None:
         self.decisions += result.decision_count

@@ -11,9 +11,9 @@ under-used nodes) are counted but not applied: the simulator releases only empty
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from gpuplane.autoscale.nodes import NodeDecision, NodeState, PendingDemand, plan_nodes
+from gpuplane.autoscale.nodes import NodeDecision, NodeReasonCode, NodeState, PendingDemand, plan_nodes
 from gpuplane.model import Node, Workload
 from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
 from gpuplane.policy import PolicySpec
@@ -110,19 +110,21 @@ class NodeScaler:
                 movable[slot[0]] = movable.get(slot[0], True) and entry.preemptible
         return movable
 
-    def _demand(self, waits: Iterable[Decision], pending: dict[str, Workload]) -> list[PendingDemand]:
+    def _demand(
+        self, decided: Iterable[Decision], workload_of: Callable[[str], Workload | None]
+    ) -> list[PendingDemand]:
         """Capacity-blocked work in the scheduler's order, up to what the spare and booting nodes could hold
         (more could not change the plan, and a saturated replay has thousands of waiting jobs)."""
         limit = sum(self.size[pool] * len(names) for pool, names in self.spare.items())
         limit += sum(self.size[self.pool_of[name]] for name in self.booting)
         asked = 0
         out: list[PendingDemand] = []
-        for decision in waits:
+        for decision in decided:
             if asked > limit:
                 break
             if decision.kind is not DecisionKind.WAIT or decision.reason.code not in CAPACITY_CODES:
                 continue
-            workload = pending.get(decision.workload_id)
+            workload = workload_of(decision.workload_id)
             if workload is None:
                 continue
             resolved = self.state.resolve(workload)
@@ -141,13 +143,14 @@ class NodeScaler:
         return out
 
     def tick(
-        self, now: float, waits: Iterable[Decision], pending: dict[str, Workload]
+        self, now: float, decided: Iterable[Decision], workload_of: Callable[[str], Workload | None]
     ) -> tuple[list[tuple[str, float]], list[str]]:
-        """Plan at ``now``; return the nodes ordered (with when they are ready) and the nodes released."""
+        """Plan at ``now`` from the last cycle's decisions (``workload_of`` finds a still-pending workload);
+        return the nodes ordered (with when they are ready) and the nodes released."""
         booting: dict[str, int] = {}
         for name in self.booting:
             booting[self.pool_of[name]] = booting.get(self.pool_of[name], 0) + 1
-        plan = plan_nodes(self.policy, self._node_states(now), booting, self._demand(waits, pending), now)
+        plan = plan_nodes(self.policy, self._node_states(now), booting, self._demand(decided, workload_of), now)
         ordered: list[tuple[str, float]] = []
         released: list[str] = []
         for decision in plan:
@@ -169,7 +172,7 @@ class NodeScaler:
         return out
 
     def _release(self, decision: NodeDecision) -> list[str]:
-        if decision.code.value != "scale_down_empty":
+        if decision.code is not NodeReasonCode.SCALE_DOWN_EMPTY:
             return []
         out: list[str] = []
         for name in decision.remove:

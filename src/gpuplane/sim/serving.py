@@ -29,7 +29,7 @@ import numpy as np
 
 from gpuplane.autoscale import ReplicaAutoscaler, ServiceSignals
 from gpuplane.policy.schema import PolicySpec
-from gpuplane.policy.schema_serving import ServiceSpec
+from gpuplane.policy.schema_serving import ServiceSpec, hpa_scale_down, hpa_scale_up
 from gpuplane.sim.serving_model import ServingModel, TokenProfile, attainment, latency_quantile
 from gpuplane.sim.serving_trace import ServingTrace
 from gpuplane.sim.trace import TraceError
@@ -132,12 +132,8 @@ def hpa_equivalent(service: ServiceSpec, target_rps: float | None = None) -> Ser
             "min_gpu_memory_headroom": None,
             "scale_on_latency": False,
             "tolerance": 0.1,
-            "scale_up": type(service.autoscaling.scale_up)(
-                stabilization_s=0, max_percent_per_period=100, max_replicas_per_period=4, period_s=15
-            ),
-            "scale_down": type(service.autoscaling.scale_down)(
-                stabilization_s=300, max_percent_per_period=100, period_s=15
-            ),
+            "scale_up": hpa_scale_up(),
+            "scale_down": hpa_scale_down(),
             "panic_threshold": 1e9,
             "predictive": False,
             "trend_lookahead": False,
