@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from gpuplane.policy.schema_auth import AuthSpec
 from gpuplane.policy.schema_base import ClassName, Name, _Spec
 from gpuplane.policy.schema_serving import AlertsSpec, ServiceSpec
 
@@ -191,6 +192,7 @@ class PolicySpec(_Spec):
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     services: list[ServiceSpec] = Field(default_factory=list)
     alerts: AlertsSpec = Field(default_factory=lambda: AlertsSpec())
+    auth: AuthSpec = Field(default_factory=AuthSpec)
 
     def pool(self, name: str) -> PoolSpec:
         """The pool by name (KeyError when unknown)."""

@@ -29,6 +29,7 @@ def check_policy(policy: PolicySpec) -> list[PolicyIssue]:
         _priorities,
         _service_levels,
         _services,
+        _auth,
     ):
         issues.extend(check(policy))
     return issues
@@ -303,3 +304,10 @@ def _replica_autoscaling(spec: ReplicaAutoscalingSpec, path: tuple[str | int, ..
             f"panic window {spec.panic_window_s:g} s is not shorter than the stable window {spec.stable_window_s:g} s",
             "use a panic window of about a tenth of stable_window_s (Knative's default is 6 s of 60 s)",
         )
+
+
+def _auth(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    teams = {t.name for t in policy.teams}
+    for team in policy.auth.team_tokens:
+        if team not in teams:
+            yield PolicyIssue(("auth", "team_tokens", team), f"unknown team '{team}'", _one_of(teams))

@@ -1,0 +1,165 @@
+"""Code that runs inside Ray actors on the cluster's nodes: one rank of a job, or one inference replica.
+
+A job rank runs the user's entrypoint as a child process in its own session, so the control plane can
+signal it to checkpoint (SIGTERM) and kill it after the grace period. A replica serves HTTP on the node's
+address and calls the service's handler (an importable ``module:function`` taking and returning JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+class JobRank:
+    """One pod of a job: the entrypoint with the GPUs the scheduler chose and the job's environment."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, log_path: str) -> None:
+        self._argv = argv
+        self._env = env
+        self._cwd = cwd
+        self._log_path = log_path
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> dict[str, Any]:
+        """Start the entrypoint; returns the process id, the node address and the GPU ids Ray assigned."""
+        import ray
+
+        Path(self._log_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(self._cwd).mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **self._env}
+        ray_gpus = ray.get_gpu_ids()
+        with open(self._log_path, "ab") as log:
+            self._proc = subprocess.Popen(
+                self._argv, env=env, cwd=self._cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        return {
+            "pid": self._proc.pid,
+            "node_ip": node_ip,
+            "ray_gpu_ids": [str(g) for g in ray_gpus],
+        }
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs."""
+        return None if self._proc is None else self._proc.poll()
+
+    def signal_stop(self) -> None:
+        """Ask the entrypoint to checkpoint and exit (SIGTERM to its process group)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGTERM)
+
+    def kill(self) -> int | None:
+        """Kill the entrypoint's process group now; returns its exit code."""
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        return self._proc.wait(timeout=10)
+
+    def read_log(self, offset: int = 0, limit: int = 1 << 20) -> bytes:
+        """Up to ``limit`` bytes of the rank's log from ``offset``."""
+        try:
+            with open(self._log_path, "rb") as log:
+                log.seek(offset)
+                return log.read(limit)
+        except FileNotFoundError:
+            return b""
+
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+def load_handler(path: str) -> Handler:
+    """Import ``module:function``; ValueError with the fix when it cannot be found."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"handler '{path}' must be 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"handler module '{module_name}' cannot be imported: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"'{attr}' is not a function of module '{module_name}'")
+    return fn  # type: ignore[no-any-return]
+
+
+class ServiceReplica:
+    """One replica of an inference service: an HTTP server on the node's address running the handler.
+
+    ``concurrency`` requests are served at once (the model's batch slots); the rest wait in the server.
+    """
+
+    def __init__(self, handler: str, options: dict[str, Any], concurrency: int) -> None:
+        self._handler = load_handler(handler)
+        self._options = options
+        self._slots = threading.Semaphore(concurrency)
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> dict[str, Any]:
+        """Bind a free port on the node's address and serve; returns the URL."""
+        import ray
+
+        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        replica = self
+
+        class _Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                    with replica._slots:
+                        result = replica._call(body)
+                    payload, status = json.dumps(result).encode(), 200
+                except Exception as exc:
+                    payload, status = json.dumps({"error": str(exc)}).encode(), 500
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                payload = b'{"ready": true}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer((host, 0), _Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return {"url": f"http://{host}:{self._server.server_address[1]}", "node_ip": host}
+
+    def _call(self, body: dict[str, Any]) -> Any:
+        result = self._handler({**self._options, **body})
+        if inspect.isawaitable(result):
+            return asyncio.run(result)  # type: ignore[arg-type]
+        return result
+
+    def stop(self) -> None:
+        """Stop serving (requests in flight finish)."""
+        if self._server is not None:
+            self._server.shutdown()
+
+
+def echo(request: dict[str, Any]) -> dict[str, Any]:
+    """A stand-in model for demos and tests: holds its batch slot for ``service_ms`` and echoes the input."""
+    service_ms = float(request.get("service_ms", 20.0))
+    time.sleep(service_ms / 1000.0)
+    return {"echo": request.get("input"), "service_ms": service_ms}

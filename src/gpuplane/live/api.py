@@ -1,0 +1,283 @@
+"""The REST API (FastAPI): jobs, why, logs, queues, nodes, pools, events, services, metrics.
+
+Every request carries ``Authorization: Bearer <token>``; a team token sees and changes only that team's
+jobs and services, the admin token everything. Bad requests get 4xx with the field and the reason, and
+nothing is created by a request that is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuplane.live.auth import Principal, TokenTable
+from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.records import JobRecord, JobState
+from gpuplane.live.services import ServiceError, ServiceManager
+from gpuplane.live.store import DuplicateJob
+from gpuplane.policy.schema_base import Name
+
+
+class JobRequest(BaseModel):
+    """A job submission. Fields left out take the policy's class and tier defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=253)
+    team: Name | None = None
+    klass: Literal["training", "batch"] = Field("training", alias="class")
+    entrypoint: list[str] = Field(min_length=1)
+    pods: int = Field(1, ge=1, le=4096)
+    gpus_per_pod: int = Field(1, ge=0, le=64)
+    mig_profile: str | None = None
+    gpu_milli: int | None = Field(None, ge=1, le=999)
+    priority: Name | None = None
+    preemptible: bool | None = None
+    checkpoint_interval_s: float | None = Field(None, gt=0)
+    estimated_duration_s: float | None = Field(None, gt=0)
+    pools: list[Name] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    working_dir: str | None = None
+    idempotency_key: str | None = Field(None, min_length=1, max_length=128)
+
+
+class ScaleRequest(BaseModel):
+    """Pin a service's replica count (``replicas``), or hand it back to the autoscaler (null)."""
+
+    model_config = ConfigDict(extra="forbid")
+    replicas: int | None = Field(None, ge=0, le=1000)
+
+
+def job_view(job: JobRecord) -> dict[str, Any]:
+    """The JSON a client sees for a job."""
+    return {
+        "id": job.id,
+        "name": job.name,
+        "team": job.team,
+        "class": job.klass,
+        "state": job.state.value,
+        "pods": job.pods,
+        "gpus_per_pod": job.gpus_per_pod,
+        "priority": job.priority,
+        "entrypoint": job.entrypoint,
+        "submit_time": job.submit_time,
+        "admitted_time": job.admitted_time,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "attempts": job.attempts,
+        "preemptions": job.preemptions,
+        "attained_gpu_s": round(job.attained_gpu_s, 3),
+        "last_checkpoint_time": job.last_checkpoint_time,
+        "exit_code": job.exit_code,
+        "placement": job.placement,
+        "reason": job.reason,
+        "service": job.service,
+    }
+
+
+def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise HTTPException(401, "missing token: send 'Authorization: Bearer <team or admin token>'")
+    who: Principal | None = request.app.state.tokens.identify(authorization[7:].strip())
+    if who is None:
+        raise HTTPException(401, "unknown token")
+    return who
+
+
+Who = Annotated[Principal, Depends(_principal)]
+
+
+def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, services: ServiceManager) -> FastAPI:
+    """The API over one control plane."""
+    app = FastAPI(title="gpuplane", version="0.1.0", description="GPU scheduling and autoscaling control plane")
+    app.state.tokens = tokens
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "problem": e["msg"]} for e in exc.errors()
+        ]
+        return JSONResponse({"detail": "invalid request", "errors": errors}, status_code=422)
+
+    def own_job(job_id: str, who: Principal) -> JobRecord:
+        job = control.jobs.get(job_id)
+        if job is None or not who.may_access(job.team):
+            raise HTTPException(404, f"no job '{job_id}' visible to this token")
+        return job
+
+    def team_of(requested: str | None, who: Principal) -> str:
+        if who.is_admin:
+            if requested is None:
+                raise HTTPException(422, {"field": "team", "problem": "the admin token must name the team"})
+            if requested not in control.index.queues:
+                raise HTTPException(422, {"field": "team", "problem": f"unknown team '{requested}'"})
+            return requested
+        assert who.team is not None
+        if requested is not None and requested != who.team:
+            raise HTTPException(403, f"this token belongs to team '{who.team}', not '{requested}'")
+        return who.team
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, Any]:
+        return {
+            "ok": True,
+            "jobs": len(control.jobs),
+            "last_tick": control.last_tick.now if control.last_tick else None,
+        }
+
+    @app.post("/v1/jobs", status_code=201)
+    def submit(req: JobRequest, who: Who) -> JSONResponse:
+        team = team_of(req.team, who)
+        now = control.clock()
+        job = JobRecord(
+            id=control.new_id(),
+            team=team,
+            name=req.name,
+            klass=req.klass,
+            entrypoint=req.entrypoint,
+            pods=req.pods,
+            gpus_per_pod=req.gpus_per_pod,
+            submit_time=now,
+            priority=req.priority,
+            mig_profile=req.mig_profile,
+            gpu_milli=req.gpu_milli,
+            env=req.env,
+            preemptible=req.preemptible,
+            checkpoint_interval_s=req.checkpoint_interval_s,
+            estimated_duration_s=req.estimated_duration_s,
+            pools=req.pools,
+            working_dir=req.working_dir,
+            idempotency_key=req.idempotency_key,
+        )
+        try:
+            accepted = control.submit(job)
+        except SubmitError as exc:
+            raise HTTPException(422, {"field": exc.field, "problem": str(exc)}) from exc
+        except DuplicateJob:
+            existing = control.store.find_job_by_key(team, req.idempotency_key or "")
+            if existing is None:
+                raise
+            accepted = existing
+        status = 201 if accepted is job else 200
+        return JSONResponse(job_view(accepted), status_code=status)
+
+    @app.get("/v1/jobs")
+    def list_jobs(
+        who: Who,
+        state: JobState | None = None,
+        team: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        with control.lock:
+            jobs = [
+                j
+                for j in control.jobs.values()
+                if who.may_access(j.team) and (state is None or j.state is state) and (team is None or j.team == team)
+            ]
+        return [job_view(j) for j in jobs[-limit:]]
+
+    @app.get("/v1/jobs/{job_id}")
+    def get_job(job_id: str, who: Who) -> dict[str, Any]:
+        return job_view(own_job(job_id, who))
+
+    @app.delete("/v1/jobs/{job_id}", status_code=202)
+    def cancel_job(job_id: str, who: Who) -> dict[str, Any]:
+        own_job(job_id, who)
+        return job_view(control.cancel(job_id))
+
+    @app.get("/v1/jobs/{job_id}/why")
+    def why(job_id: str, who: Who) -> dict[str, Any]:
+        own_job(job_id, who)
+        return control.why(job_id)
+
+    @app.get("/v1/jobs/{job_id}/logs")
+    def logs(
+        job_id: str, who: Who, rank: Annotated[int, Query(ge=0)] = 0, offset: Annotated[int, Query(ge=0)] = 0
+    ) -> PlainTextResponse:
+        job = own_job(job_id, who)
+        if rank >= job.pods:
+            raise HTTPException(422, {"field": "rank", "problem": f"the job has ranks 0..{job.pods - 1}"})
+        data = control.engine.read_log(job, rank, offset)
+        return PlainTextResponse(data.decode(errors="replace"))
+
+    @app.get("/v1/queues")
+    def queues(who: Who) -> list[dict[str, Any]]:
+        return [q for q in control.queue_usage() if who.may_access(q["queue"])]
+
+    @app.get("/v1/nodes")
+    def nodes(who: Who) -> list[dict[str, Any]]:
+        return control.node_view()
+
+    @app.get("/v1/pools")
+    def pools(who: Who) -> list[dict[str, Any]]:
+        return control.pool_view()
+
+    @app.get("/v1/events")
+    def events(
+        who: Who,
+        after: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=5000)] = 200,
+        subject: str | None = None,
+    ) -> list[dict[str, Any]]:
+        team = None if who.is_admin else who.team
+        return [
+            {
+                "seq": e.seq,
+                "time": e.time,
+                "kind": e.kind,
+                "subject": e.subject,
+                "team": e.team,
+                "reason": e.reason,
+                "details": e.details,
+            }
+            for e in control.store.events(after, limit, team, subject)
+        ]
+
+    @app.get("/v1/services")
+    def list_services(who: Who) -> list[dict[str, Any]]:
+        return [s for s in services.views() if who.may_access(s["team"])]
+
+    @app.post("/v1/services", status_code=201)
+    def deploy(body: dict[str, Any], who: Who) -> dict[str, Any]:
+        team = None if who.is_admin else who.team
+        try:
+            return services.deploy(body, team)
+        except ServiceError as exc:
+            raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
+
+    def own_service(name: str, who: Who) -> None:
+        service = services.services.get(name)
+        if service is None or not who.may_access(service.team):
+            raise HTTPException(404, f"no service '{name}' visible to this token")
+
+    @app.get("/v1/services/{name}")
+    def get_service(name: str, who: Who) -> dict[str, Any]:
+        own_service(name, who)
+        return services.view(name)
+
+    @app.put("/v1/services/{name}/scale")
+    def scale(name: str, req: ScaleRequest, who: Who) -> dict[str, Any]:
+        own_service(name, who)
+        return services.pin(name, req.replicas)
+
+    @app.delete("/v1/services/{name}", status_code=202)
+    def delete_service(name: str, who: Who) -> dict[str, Any]:
+        own_service(name, who)
+        return services.delete(name)
+
+    @app.post("/v1/services/{name}/infer")
+    async def infer(name: str, request: Request, who: Who) -> Response:
+        own_service(name, who)
+        body = await request.body()
+        status, payload = await services.gateway.forward(name, body)
+        return Response(payload, status_code=status, media_type="application/json")
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return app

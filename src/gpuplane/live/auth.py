@@ -1,0 +1,96 @@
+"""API tokens: the policy's references resolved once at start, compared in constant time, never logged."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuplane.policy import PolicySpec
+
+ADMIN = "*admin*"
+
+
+class AuthConfigError(ValueError):
+    """A token reference that cannot be resolved, naming the policy field and the variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who made a request: a team, or the platform admin (who sees and changes everything)."""
+
+    team: str | None
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether this is the platform admin."""
+        return self.team is None
+
+    def may_access(self, team: str) -> bool:
+        """Whether this principal may see and change ``team``'s jobs and services."""
+        return self.team is None or self.team == team
+
+
+class TokenTable:
+    """Maps bearer tokens to principals."""
+
+    def __init__(self, tokens: dict[str, str]) -> None:
+        self._by_owner = tokens
+
+    def identify(self, token: str) -> Principal | None:
+        """The principal holding ``token``, or None; every comparison takes the same time."""
+        found: Principal | None = None
+        for owner, secret in self._by_owner.items():
+            if hmac.compare_digest(secret.encode(), token.encode()):
+                found = Principal(None if owner == ADMIN else owner)
+        return found
+
+    @property
+    def owners(self) -> list[str]:
+        """Who has a token (team names, and the admin marker)."""
+        return list(self._by_owner)
+
+
+def resolve_tokens(policy: PolicySpec, data_dir: Path, generate_missing: bool) -> tuple[TokenTable, list[str]]:
+    """Every team's and the admin's token from the policy's ``auth`` section.
+
+    A reference to an unset environment variable is an error, unless ``generate_missing``: then a random
+    token is generated and written to ``<data_dir>/tokens.json`` (mode 600), which a newcomer reads to use
+    the API. Returns the table and one line per generated token naming its owner (never its value).
+    """
+    tokens: dict[str, str] = {}
+    notes: list[str] = []
+    stored_path = data_dir / "tokens.json"
+    stored: dict[str, str] = json.loads(stored_path.read_text()) if stored_path.exists() else {}
+    wanted: list[tuple[str, str, object]] = [(ADMIN, "auth.admin_token", policy.auth.admin_token)]
+    for team in policy.teams:
+        wanted.append((team.name, f"auth.team_tokens.{team.name}", policy.auth.team_tokens.get(team.name)))
+    for owner, where, ref in wanted:
+        value: str | None = None
+        if ref is not None:
+            env = getattr(ref, "env", None)
+            secret = getattr(ref, "value", None)
+            if env is not None:
+                value = os.environ.get(env) or None
+                if value is None and not generate_missing:
+                    raise AuthConfigError(
+                        f"{where}: environment variable {env} is not set. Fix: export {env}=<token>, or start with "
+                        "--generate-tokens to have tokens generated into the data directory"
+                    )
+            elif secret is not None:
+                value = secret.get_secret_value()
+        if value is None and generate_missing:
+            value = stored.get(owner) or secrets.token_urlsafe(24)
+            stored[owner] = value
+            notes.append(f"token for {'the admin' if owner == ADMIN else 'team ' + owner} in {stored_path}")
+        if value is not None:
+            tokens[owner] = value
+    if notes:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        stored_path.touch(mode=0o600, exist_ok=True)
+        stored_path.chmod(0o600)
+        stored_path.write_text(json.dumps(stored, indent=2))
+    return TokenTable(tokens), notes

@@ -1,0 +1,519 @@
+"""The control loop: the policy core's decisions carried out through the ports, one tick at a time.
+
+Each tick:
+1. Observe: ask the engine where every started workload stands; finish, requeue or mark started.
+2. Finish stops: preempted and cancelled work whose pods exited (or whose grace period ran out).
+3. Snapshot: the ready nodes, the work holding GPUs and the pending work, as the core's plain data.
+4. Decide: ``scheduler.schedule`` (the same pure function the simulator runs).
+5. Apply: victims are told to checkpoint and stop; admitted work is started on its placement.
+6. Persist every change and its event in one transaction; refresh metrics.
+
+The control plane is the only writer of state. API calls (submit, cancel, services) take the same lock
+as a tick's bookkeeping; slow engine calls happen outside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplane.live.convert import gpus_held, placement_to_dict, to_node, to_running, to_workload
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.ports import Clock, Engine, NodeProvider
+from gpuplane.live.ray_cluster import RayNode
+from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.records import EventRecord, JobRecord, JobState
+from gpuplane.live.store import Store
+from gpuplane.model.cluster import ClusterSnapshot
+from gpuplane.model.decision import Decision, DecisionKind
+from gpuplane.model.workload import Workload
+from gpuplane.policy import PolicySpec
+from gpuplane.scheduler.cycle import CycleResult, schedule
+from gpuplane.scheduler.explain import explain_dict
+from gpuplane.scheduler.index import PolicyIndex
+from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+
+CHECKPOINT_REFRESH_S = 5.0
+
+
+class SubmitError(ValueError):
+    """A submission the policy can never run; ``field`` names the request field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(slots=True)
+class TickReport:
+    """What one tick did and how long its decision took."""
+
+    now: float
+    admitted: int = 0
+    preempted: int = 0
+    finished: int = 0
+    pending: int = 0
+    running: int = 0
+    decide_s: float = 0.0
+    events: list[EventRecord] = field(default_factory=list)
+
+
+class ControlPlane:
+    """Jobs and their states in memory, written through to the store, driven by ``tick``."""
+
+    def __init__(
+        self,
+        policy: PolicySpec,
+        store: Store,
+        engine: Engine,
+        nodes: NodeProvider,
+        clock: Clock,
+        new_id: Callable[[], str],
+        timer: Callable[[], float] | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.policy = policy
+        self.index = PolicyIndex(policy)
+        self.store = store
+        self.engine = engine
+        self.node_provider = nodes
+        self.clock = clock
+        self.timer = timer or clock
+        self.new_id = new_id
+        self.lock = threading.RLock()
+        self.jobs: dict[str, JobRecord] = {}
+        self._workloads: dict[str, Workload] = {}
+        self.last_result: CycleResult | None = None
+        self.last_nodes: list[RayNode] = []
+        self.last_tick: TickReport | None = None
+        self.grace_s = policy.scheduling.preemption.grace_period_s
+        self._ckpt_checked: dict[str, float] = {}
+        self.wake = threading.Event()
+        self.listeners: list[Callable[[TickReport], None]] = []
+        self.metrics = metrics
+        self.booting: dict[str, int] = {}
+        """Nodes ordered and not yet joined, per pool (kept by the node autoscaler)."""
+
+    def recover(self) -> dict[str, int]:
+        """Load every job from the store and reconcile it with what the engine still runs."""
+        counts = {"recovered_running": 0, "requeued": 0, "pending": 0, "finished": 0}
+        events: list[EventRecord] = []
+        now = self.clock()
+        with self.lock:
+            for job in self.store.load_jobs():
+                self.jobs[job.id] = job
+                if job.state.finished:
+                    counts["finished"] += 1
+                    continue
+                if job.state is JobState.PENDING:
+                    counts["pending"] += 1
+                    continue
+                if self.engine.recover(job):
+                    counts["recovered_running"] += 1
+                    continue
+                if job.state is JobState.CANCELLING:
+                    self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
+                    continue
+                self._requeue(job, now, events, "lost_on_restart", {"was": job.state.value})
+                counts["requeued"] += 1
+            self.store.save_jobs([self.jobs[e.subject] for e in events if e.subject in self.jobs], events)
+        return counts
+
+    def submit(self, job: JobRecord) -> JobRecord:
+        """Accept ``job`` (persisted before this returns) or raise SubmitError naming the field to fix.
+
+        A repeated idempotency key returns the job accepted first instead of a duplicate.
+        """
+        if job.idempotency_key:
+            with self.lock:
+                for existing in self.jobs.values():
+                    if existing.team == job.team and existing.idempotency_key == job.idempotency_key:
+                        return existing
+        workload = to_workload(job)
+        try:
+            resolved = resolve(workload, self.index)
+        except InvalidWorkload as exc:
+            raise SubmitError("spec", str(exc)) from exc
+        if not resolved.options:
+            raise SubmitError(
+                "pools", f"no pool of team '{job.team}' can run this workload: {resolved.rejected_pools or 'none'}"
+            )
+        job.queued_time = job.submit_time
+        event = self._event("job", job, "submitted", {"gpus": job.pods * max(1, job.gpus_per_pod)})
+        with self.lock:
+            self.store.add_job(job, event)
+            self.jobs[job.id] = job
+            self._workloads[job.id] = workload
+        self.wake.set()
+        return job
+
+    def cancel(self, job_id: str) -> JobRecord:
+        """Cancel a job: at once if it waits, after the grace period if it runs."""
+        events: list[EventRecord] = []
+        now = self.clock()
+        with self.lock:
+            job = self.jobs[job_id]
+            if job.state.finished or job.state is JobState.CANCELLING:
+                return job
+            if job.state is JobState.PENDING:
+                self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
+            else:
+                was_preempting = job.state is JobState.PREEMPTING
+                job.state = JobState.CANCELLING
+                job.stop_deadline = job.stop_deadline if was_preempting else now + self.grace_s
+                events.append(self._event("job", job, "cancelling", {"grace_period_s": self.grace_s}))
+                if not was_preempting:
+                    self.engine.signal_stop(job.id)
+            self.store.save_jobs([job], events)
+        self.wake.set()
+        return job
+
+    def why(self, job_id: str) -> dict[str, Any]:
+        """Why the job is where it is: the last cycle's decisions for pending work, the recorded reason otherwise."""
+        with self.lock:
+            job = self.jobs[job_id]
+            if job.state is JobState.PENDING:
+                if self.last_result is None or not self.last_result.for_workload(job_id):
+                    return {"workload": job_id, "status": "pending", "message": "submitted after the last cycle"}
+                return explain_dict(self.last_result, job_id)
+            out = {"workload": job_id, "status": job.state.value, **({"decision": job.reason} if job.reason else {})}
+            if job.state is JobState.ADMITTED:
+                out["message"] = "admitted; waiting for its pods to start (preempted work may still be stopping)"
+            return out
+
+    def tick(self) -> TickReport:
+        """One round of observe, decide, apply and persist (see the module docstring)."""
+        statuses = self.engine.statuses()
+        nodes = self.node_provider.nodes()
+        now = self.clock()
+        report = TickReport(now)
+        events = report.events
+        changed: dict[str, JobRecord] = {}
+        stops: list[str] = []
+        with self.lock:
+            self._observe(statuses, now, events, changed, stops)
+            alive = {n.name: n for n in nodes if n.alive and _known_pool(self.policy, n.pool)}
+            self._drop_lost_nodes(alive, now, events, changed, stops)
+            snapshot = self._snapshot(alive, now)
+            started = self.timer()
+            result = schedule(self.index, snapshot)
+            report.decide_s = self.timer() - started
+            self.last_result = result
+            self.last_nodes = nodes
+            starts, signals = self._apply(result, now, events, changed, report)
+            report.pending = len(snapshot.pending)
+            report.running = sum(1 for j in self.jobs.values() if j.state.holds_gpus)
+            self.store.save_jobs(list(changed.values()), events)
+        for job_id in stops:
+            self.engine.stop(job_id)
+        for job_id in signals:
+            self.engine.signal_stop(job_id)
+        for job in starts:
+            self.engine.start(job, self.grace_s)
+        self.last_tick = report
+        if self.metrics is not None:
+            self._observe_metrics(report, nodes)
+        for listener in self.listeners:
+            listener(report)
+        return report
+
+    def _observe(
+        self,
+        statuses: dict[str, RunStatus],
+        now: float,
+        events: list[EventRecord],
+        changed: dict[str, JobRecord],
+        stops: list[str],
+    ) -> None:
+        for job_id, status in statuses.items():
+            job = self.jobs.get(job_id)
+            if job is None:
+                stops.append(job_id)
+                continue
+            if job.state is JobState.ADMITTED and status.phase is RunPhase.RUNNING:
+                job.state = JobState.RUNNING
+                job.start_time = now
+                events.append(self._event("job", job, "started", {"pods": status.info, "attempt": job.attempts}))
+                changed[job.id] = job
+            elif job.state in (JobState.ADMITTED, JobState.RUNNING):
+                if status.phase is RunPhase.EXITED:
+                    state = JobState.SUCCEEDED if status.exit_code == 0 else JobState.FAILED
+                    self._finish(
+                        job, state, now, status.exit_code, events, state.value, {"exit_code": status.exit_code}
+                    )
+                    stops.append(job.id)
+                    changed[job.id] = job
+                elif status.phase is RunPhase.LOST:
+                    self._requeue(job, now, events, "lost", {"message": status.message})
+                    stops.append(job.id)
+                    changed[job.id] = job
+                elif job.state is JobState.RUNNING and now - self._ckpt_checked.get(job.id, 0.0) > CHECKPOINT_REFRESH_S:
+                    self._ckpt_checked[job.id] = now
+                    job.last_checkpoint_time = self.engine.last_checkpoint_time(job.id)
+            elif job.state in (JobState.PREEMPTING, JobState.CANCELLING):
+                done = status.phase in (RunPhase.EXITED, RunPhase.LOST)
+                if done or (job.stop_deadline is not None and now >= job.stop_deadline):
+                    stops.append(job.id)
+                    details = {"exit_code": status.exit_code, "killed_after_grace": not done}
+                    if job.state is JobState.CANCELLING:
+                        self._finish(job, JobState.CANCELLED, now, status.exit_code, events, "cancelled", details)
+                    else:
+                        self._requeue(job, now, events, "requeued_after_preemption", details)
+                    changed[job.id] = job
+        for job in self.jobs.values():
+            if job.state in (JobState.PREEMPTING, JobState.CANCELLING) and job.id not in statuses:
+                if job.state is JobState.CANCELLING:
+                    self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
+                else:
+                    self._requeue(job, now, events, "requeued_after_preemption", {})
+                changed[job.id] = job
+
+    def _drop_lost_nodes(
+        self,
+        alive: dict[str, RayNode],
+        now: float,
+        events: list[EventRecord],
+        changed: dict[str, JobRecord],
+        stops: list[str],
+    ) -> None:
+        for job in self.jobs.values():
+            if not job.state.holds_gpus or job.placement is None:
+                continue
+            missing = sorted({p["node"] for p in job.placement["pods"]} - set(alive))
+            if missing:
+                self._requeue(job, now, events, "node_lost", {"nodes": missing})
+                stops.append(job.id)
+                changed[job.id] = job
+
+    def _snapshot(self, alive: dict[str, RayNode], now: float) -> ClusterSnapshot:
+        running = []
+        pending = []
+        for job in self.jobs.values():
+            if job.state.holds_gpus:
+                running.append(to_running(job, self._workload(job)))
+            elif job.state is JobState.PENDING:
+                pending.append(self._workload(job))
+        return ClusterSnapshot(now, [to_node(n) for n in alive.values()], running, pending)
+
+    def _workload(self, job: JobRecord) -> Workload:
+        workload = self._workloads.get(job.id)
+        if workload is None or workload.attained_gpu_s != job.attained_gpu_s:
+            workload = to_workload(job)
+            self._workloads[job.id] = workload
+        return workload
+
+    def _apply(
+        self,
+        result: CycleResult,
+        now: float,
+        events: list[EventRecord],
+        changed: dict[str, JobRecord],
+        report: TickReport,
+    ) -> tuple[list[JobRecord], list[str]]:
+        starts: list[JobRecord] = []
+        signals: list[str] = []
+        for decision in result.decided:
+            job = self.jobs.get(decision.workload_id)
+            if job is None:
+                continue
+            if decision.kind is DecisionKind.PREEMPT:
+                if job.state.holds_gpus:
+                    was_started = job.state is JobState.RUNNING
+                    job.state = JobState.PREEMPTING
+                    job.stop_deadline = now + self.grace_s
+                    job.reason = _decision_dict(decision)
+                    events.append(self._event("job", job, decision.reason.code.value, dict(decision.reason.details)))
+                    changed[job.id] = job
+                    report.preempted += 1
+                    if was_started:
+                        signals.append(job.id)
+                    else:
+                        job.stop_deadline = now
+            elif decision.kind is DecisionKind.ADMIT and job.state is JobState.PENDING:
+                assert decision.placement is not None
+                job.state = JobState.ADMITTED
+                job.placement = placement_to_dict(decision.placement)
+                job.admitted_time = now
+                job.attempts += 1
+                job.victims = list(decision.victims)
+                job.reason = _decision_dict(decision)
+                events.append(
+                    self._event(
+                        "job",
+                        job,
+                        decision.reason.code.value,
+                        {"placement": job.placement, "victims": job.victims, "attempt": job.attempts},
+                    )
+                )
+                changed[job.id] = job
+                starts.append(job)
+                report.admitted += 1
+                if self.metrics is not None:
+                    self.metrics.queue_wait.labels(job.team).observe(
+                        max(0.0, now - (job.queued_time or job.submit_time))
+                    )
+        return starts, signals
+
+    def _finish(
+        self,
+        job: JobRecord,
+        state: JobState,
+        now: float,
+        exit_code: int | None,
+        events: list[EventRecord],
+        reason: str,
+        details: dict[str, Any],
+    ) -> None:
+        self._account(job, now)
+        job.state = state
+        job.end_time = now
+        job.exit_code = exit_code
+        job.stop_deadline = None
+        job.reason = {"reason": reason, **details}
+        self._workloads.pop(job.id, None)
+        self._ckpt_checked.pop(job.id, None)
+        events.append(self._event("job", job, reason, details))
+
+    def _requeue(
+        self, job: JobRecord, now: float, events: list[EventRecord], reason: str, details: dict[str, Any]
+    ) -> None:
+        self._account(job, now)
+        if job.state is JobState.PREEMPTING:
+            job.preemptions += 1
+        job.last_checkpoint_time = self.engine.last_checkpoint_time(job.id)
+        job.queued_time = now
+        job.state = JobState.PENDING
+        job.placement = None
+        job.start_time = None
+        job.stop_deadline = None
+        job.victims = []
+        job.reason = {"reason": reason, **details}
+        events.append(self._event("job", job, reason, details))
+
+    def _account(self, job: JobRecord, now: float) -> None:
+        if job.start_time is not None and job.placement is not None:
+            job.attained_gpu_s += gpus_held(job) * max(0.0, now - job.start_time)
+            job.start_time = None
+
+    def _event(self, kind: str, job: JobRecord, reason: str, details: dict[str, Any]) -> EventRecord:
+        return EventRecord(0, self.clock(), kind, job.id, job.team, reason, details)
+
+    def _observe_metrics(self, report: TickReport, nodes: list[RayNode]) -> None:
+        assert self.metrics is not None
+        self.metrics.tick_seconds.observe(report.decide_s)
+        for ev in report.events:
+            self.metrics.observe_event(ev.kind, ev.reason, ev.team, ev.details)
+        states: dict[str, dict[str, int]] = {}
+        gpus: dict[str, int] = {}
+        for node in nodes:
+            state = "ready" if node.alive else "lost"
+            states.setdefault(node.pool, {}).setdefault(state, 0)
+            states[node.pool][state] += 1
+            if node.alive:
+                gpus[node.pool] = gpus.get(node.pool, 0) + node.gpus
+        for pool, count in self.booting_nodes().items():
+            states.setdefault(pool, {})["booting"] = count
+        with self.lock:
+            jobs = list(self.jobs.values())
+        self.metrics.observe_jobs(jobs, states, gpus, report.now)
+
+    def booting_nodes(self) -> dict[str, int]:
+        """Nodes ordered and not yet joined, per pool (none unless a node autoscaler is attached)."""
+        return dict(self.booting)
+
+    def queue_usage(self) -> list[dict[str, Any]]:
+        """Per team: quota per flavor, GPUs held per flavor, pending jobs and GPUs."""
+        out = []
+        with self.lock:
+            jobs = list(self.jobs.values())
+        for team in self.policy.teams:
+            used: dict[str, float] = {}
+            pending_jobs = 0
+            pending_gpus = 0.0
+            running = 0
+            for job in jobs:
+                if job.team != team.name:
+                    continue
+                if job.state.holds_gpus and job.placement is not None:
+                    flavor = job.placement["flavor"]
+                    used[flavor] = used.get(flavor, 0.0) + gpus_held(job)
+                    running += 1
+                elif job.state is JobState.PENDING:
+                    pending_jobs += 1
+                    pending_gpus += job.pods * max(job.gpus_per_pod, 0)
+            out.append(
+                {
+                    "queue": team.name,
+                    "cohort": team.cohort,
+                    "quotas": {
+                        flavor: {
+                            "nominal": q.nominal,
+                            "borrowing_limit": q.borrowing_limit,
+                            "lending_limit": q.lending_limit,
+                            "used": used.get(flavor, 0.0),
+                        }
+                        for flavor, q in team.quotas.items()
+                    },
+                    "running_jobs": running,
+                    "pending_jobs": pending_jobs,
+                    "pending_gpus": pending_gpus,
+                }
+            )
+        return out
+
+    def node_view(self) -> list[dict[str, Any]]:
+        """Every known node: pool, GPUs, whether alive, GPUs held on it."""
+        held: dict[str, float] = {}
+        with self.lock:
+            for job in self.jobs.values():
+                if job.state.holds_gpus and job.placement is not None:
+                    for pod in job.placement["pods"]:
+                        share = pod["gpu_milli"] / 1000.0 if pod.get("gpu_milli") else len(pod["gpus"])
+                        held[pod["node"]] = held.get(pod["node"], 0.0) + share
+        return [
+            {
+                "name": n.name,
+                "pool": n.pool,
+                "gpus": n.gpus,
+                "alive": n.alive,
+                "ip": n.ip,
+                "allocated_gpus": held.get(n.name, 0.0),
+            }
+            for n in self.last_nodes
+        ]
+
+    def pool_view(self) -> list[dict[str, Any]]:
+        """Every pool: its policy bounds, nodes ready and booting, GPUs total and allocated."""
+        nodes = self.node_view()
+        booting = self.booting_nodes()
+        out = []
+        for pool in self.policy.pools:
+            mine = [n for n in nodes if n["pool"] == pool.name and n["alive"]]
+            out.append(
+                {
+                    "name": pool.name,
+                    "gpu_model": pool.gpu_model,
+                    "capacity_type": pool.capacity_type,
+                    "gpus_per_node": pool.gpus_per_node,
+                    "min_nodes": pool.min_nodes,
+                    "max_nodes": pool.max_nodes,
+                    "nodes_ready": len(mine),
+                    "nodes_booting": booting.get(pool.name, 0),
+                    "gpus": sum(n["gpus"] for n in mine),
+                    "allocated_gpus": sum(n["allocated_gpus"] for n in mine),
+                    "price_per_node_hour": pool.price_per_node_hour,
+                }
+            )
+        return out
+
+
+def _decision_dict(decision: Decision) -> dict[str, Any]:
+    out = decision.to_dict()
+    out["details"] = {k: v for k, v in out["details"].items() if k not in ("all_failures", "rejected_pools")}
+    return out
+
+
+def _known_pool(policy: PolicySpec, pool: str) -> bool:
+    return any(p.name == pool for p in policy.pools)

@@ -1,0 +1,74 @@
+"""Between the control plane's records and the policy core's plain data (workloads, placements, nodes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuplane.live.ray_cluster import RayNode
+from gpuplane.live.records import JobRecord
+from gpuplane.model.cluster import Node
+from gpuplane.model.placement import Placement, PodPlacement
+from gpuplane.model.workload import PodSet, RunningWorkload, Workload, WorkloadClass
+
+
+def to_workload(job: JobRecord) -> Workload:
+    """The scheduler's view of a job: its queue is its team's."""
+    return Workload(
+        id=job.id,
+        queue=job.team,
+        klass=WorkloadClass(job.klass),
+        pods=PodSet(job.pods, job.gpus_per_pod, job.mig_profile, gpu_milli=job.gpu_milli),
+        submit_time=job.submit_time,
+        priority=job.priority,
+        estimated_duration_s=job.estimated_duration_s,
+        checkpoint_interval_s=job.checkpoint_interval_s,
+        preemptible=job.preemptible,
+        pools=tuple(job.pools) if job.pools else None,
+        attained_gpu_s=job.attained_gpu_s,
+    )
+
+
+def placement_to_dict(placement: Placement) -> dict[str, Any]:
+    """JSON form of a placement (as the store keeps it)."""
+    return {
+        "pool": placement.pool,
+        "flavor": placement.flavor,
+        "pods": [
+            {"node": p.node, "gpus": list(p.gpus), "mig": p.mig_profile, "gpu_milli": p.gpu_milli}
+            for p in placement.pods
+        ],
+    }
+
+
+def placement_from_dict(data: dict[str, Any]) -> Placement:
+    """A placement back from its JSON form."""
+    return Placement(
+        pool=data["pool"],
+        flavor=data["flavor"],
+        pods=tuple(PodPlacement(p["node"], tuple(p["gpus"]), p.get("mig"), p.get("gpu_milli")) for p in data["pods"]),
+    )
+
+
+def to_running(job: JobRecord, workload: Workload) -> RunningWorkload:
+    """A job that holds GPUs, as the scheduler sees it."""
+    assert job.placement is not None
+    start = job.start_time if job.start_time is not None else (job.admitted_time or job.submit_time)
+    return RunningWorkload(workload, placement_from_dict(job.placement), start, job.last_checkpoint_time)
+
+
+def to_node(node: RayNode) -> Node:
+    """A live Ray node as a scheduler node."""
+    return Node(name=node.name, pool=node.pool, gpus=node.gpus, domain=node.domain)
+
+
+def gpus_held(job: JobRecord) -> float:
+    """GPUs (fractions for shares and MIG slices counted as one GPU's share) a placed job holds."""
+    if job.placement is None:
+        return 0.0
+    total = 0.0
+    for pod in job.placement["pods"]:
+        if pod.get("gpu_milli") is not None:
+            total += pod["gpu_milli"] / 1000.0
+        else:
+            total += len(pod["gpus"])
+    return total

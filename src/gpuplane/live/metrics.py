@@ -1,0 +1,160 @@
+"""Prometheus metrics of the live control plane (names and meanings in docs/metrics.md).
+
+Counters and histograms are fed by each tick's events; gauges are recomputed from the control plane's
+state after every tick. Every instance has its own registry, so several control planes (tests) never mix.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gpuplane.live.convert import gpus_held
+from gpuplane.live.records import JobRecord, JobState
+from gpuplane.policy import PolicySpec
+
+_WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_PREEMPT_REASONS = ("preempted_for_higher_priority", "preempted_to_reclaim_quota", "preempted_for_less_served")
+
+
+class Metrics:
+    """The control plane's Prometheus registry and the metrics in it."""
+
+    def __init__(self, policy: PolicySpec) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._price = {p.name: p.price_per_node_hour / p.gpus_per_node for p in policy.pools}
+        self._pools = [p.name for p in policy.pools]
+        self._teams = [t.name for t in policy.teams]
+        self.gpus_total = Gauge("gpuplane_pool_gpus", "GPUs on ready nodes of the pool", ["pool"], registry=r)
+        self.gpus_allocated = Gauge(
+            "gpuplane_pool_gpus_allocated", "GPUs held by admitted or running work", ["pool"], registry=r
+        )
+        self.gpus_utilized = Gauge(
+            "gpuplane_pool_gpus_utilized",
+            "GPUs held by work whose pods have started (virtual GPUs report no device utilization)",
+            ["pool"],
+            registry=r,
+        )
+        self.nodes = Gauge("gpuplane_pool_nodes", "Nodes of the pool by state", ["pool", "state"], registry=r)
+        self.pending_jobs = Gauge("gpuplane_queue_pending_jobs", "Jobs waiting in the queue", ["queue"], registry=r)
+        self.pending_gpus = Gauge("gpuplane_queue_pending_gpus", "GPUs asked by waiting jobs", ["queue"], registry=r)
+        self.running_jobs = Gauge("gpuplane_queue_running_jobs", "Jobs holding GPUs", ["queue"], registry=r)
+        self.team_gpus = Gauge("gpuplane_team_gpus_allocated", "GPUs the team's work holds", ["team"], registry=r)
+        self.queue_wait = Histogram(
+            "gpuplane_queue_wait_seconds",
+            "Time from (re)queueing to admission",
+            ["queue"],
+            buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.admissions = Counter("gpuplane_admissions_total", "Workloads admitted", ["queue", "reason"], registry=r)
+        self.preemptions = Counter(
+            "gpuplane_preemptions_total", "Workloads preempted by the scheduler", ["queue", "reason"], registry=r
+        )
+        self.evictions = Counter(
+            "gpuplane_evictions_total", "Workloads stopped because their node or pods were lost", ["queue"], registry=r
+        )
+        self.completions = Counter(
+            "gpuplane_jobs_finished_total", "Jobs that ended, by final state", ["queue", "state"], registry=r
+        )
+        self.node_startup = Histogram(
+            "gpuplane_node_startup_seconds",
+            "From ordering a node to its joining the cluster",
+            ["pool"],
+            buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1200),
+            registry=r,
+        )
+        self.scale_events = Counter(
+            "gpuplane_scale_events_total",
+            "Node scaling decisions carried out",
+            ["pool", "direction", "reason"],
+            registry=r,
+        )
+        self.inference_requests = Counter(
+            "gpuplane_inference_requests_total", "Requests to inference services", ["service", "code"], registry=r
+        )
+        self.inference_latency = Histogram(
+            "gpuplane_inference_request_duration_seconds",
+            "Latency of inference requests through the gateway",
+            ["service"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inference_replicas = Gauge(
+            "gpuplane_inference_replicas", "Replicas of a service by state", ["service", "state"], registry=r
+        )
+        self.inference_desired = Gauge(
+            "gpuplane_inference_desired_replicas", "The replica autoscaler's decision", ["service"], registry=r
+        )
+        self.team_cost = Counter(
+            "gpuplane_team_cost_dollars_total",
+            "Cost of the GPUs the team's work held, at the pool's price",
+            ["team"],
+            registry=r,
+        )
+        self.tick_seconds = Histogram(
+            "gpuplane_control_tick_decide_seconds",
+            "Time the scheduler's decision took in one tick",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self._last_cost_time: float | None = None
+
+    def observe_jobs(
+        self, jobs: list[JobRecord], nodes_by_pool: dict[str, dict[str, int]], gpus_by_pool: dict[str, int], now: float
+    ) -> None:
+        """Recompute the gauges from jobs and nodes; charge each team for the GPUs it held since the last call."""
+        allocated: dict[str, float] = defaultdict(float)
+        utilized: dict[str, float] = defaultdict(float)
+        team_gpus: dict[str, float] = defaultdict(float)
+        pending_jobs: dict[str, int] = defaultdict(int)
+        pending_gpus: dict[str, float] = defaultdict(float)
+        running: dict[str, int] = defaultdict(int)
+        dt = 0.0 if self._last_cost_time is None else max(0.0, now - self._last_cost_time)
+        self._last_cost_time = now
+        for job in jobs:
+            if job.state.holds_gpus and job.placement is not None:
+                held = gpus_held(job)
+                pool = job.placement["pool"]
+                allocated[pool] += held
+                team_gpus[job.team] += held
+                running[job.team] += 1
+                if job.state is JobState.RUNNING:
+                    utilized[pool] += held
+                if dt:
+                    self.team_cost.labels(job.team).inc(held * dt * self._price.get(pool, 0.0) / 3600.0)
+            elif job.state is JobState.PENDING:
+                pending_jobs[job.team] += 1
+                pending_gpus[job.team] += job.pods * (job.gpus_per_pod or (job.gpu_milli or 1000) / 1000.0)
+        for pool in self._pools:
+            self.gpus_total.labels(pool).set(gpus_by_pool.get(pool, 0))
+            self.gpus_allocated.labels(pool).set(allocated[pool])
+            self.gpus_utilized.labels(pool).set(utilized[pool])
+            for state in ("ready", "booting", "lost"):
+                self.nodes.labels(pool, state).set(nodes_by_pool.get(pool, {}).get(state, 0))
+        for team in self._teams:
+            self.pending_jobs.labels(team).set(pending_jobs[team])
+            self.pending_gpus.labels(team).set(pending_gpus[team])
+            self.running_jobs.labels(team).set(running[team])
+            self.team_gpus.labels(team).set(team_gpus[team])
+
+    def observe_event(self, kind: str, reason: str, team: str | None, details: dict[str, object]) -> None:
+        """Count one control-plane event in the matching counter."""
+        queue = team or ""
+        if kind != "job":
+            return
+        if reason.startswith("admitted"):
+            self.admissions.labels(queue, reason).inc()
+        elif reason in _PREEMPT_REASONS:
+            self.preemptions.labels(queue, reason).inc()
+        elif reason in ("lost", "node_lost", "lost_on_restart"):
+            self.evictions.labels(queue).inc()
+        elif reason in ("succeeded", "failed", "cancelled"):
+            self.completions.labels(queue, reason).inc()
+
+    def render(self) -> bytes:
+        """The exposition text of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,190 @@
+"""Live node autoscaling: the core's ``plan_nodes`` carried out through the ``NodeProvider`` port.
+
+Every node tick the scaler gives ``plan_nodes`` the ready nodes (GPUs held, empty since when), the nodes
+still booting, and the work the last scheduling cycle left waiting for capacity. Added nodes join after the
+pool's ``startup_seconds`` (the provider's own start time counts towards it; a real cloud node takes
+minutes, a local Ray worker about a second, so the rest is waited out); removed nodes are empty ones only.
+Every decision is an event with its reason and is counted in ``gpuplane_scale_events_total``.
+Consolidation decisions (draining under-used nodes) are recorded but not carried out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from gpuplane.autoscale.nodes import NodeReasonCode, NodeState, PendingDemand, plan_nodes
+from gpuplane.live.control import ControlPlane
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.ports import Clock, NodeProvider
+from gpuplane.live.records import EventRecord, NodeRecord
+from gpuplane.model.decision import DecisionKind, ReasonCode
+from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+
+_CAPACITY = frozenset(
+    {
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        ReasonCode.TOPOLOGY_UNSATISFIABLE,
+        ReasonCode.RESERVED,
+        ReasonCode.WOULD_DELAY_RESERVATION,
+    }
+)
+
+
+class LiveNodeScaler:
+    """Plans node changes from the control plane's state and applies them in the background."""
+
+    def __init__(self, control: ControlPlane, provider: NodeProvider, metrics: Metrics, clock: Clock) -> None:
+        self.control = control
+        self.provider = provider
+        self.metrics = metrics
+        self.clock = clock
+        self._empty_since: dict[str, float] = {}
+        self._below_since: dict[str, float] = {}
+        self._booting: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-nodes")
+        self._pools = {p.name: p for p in control.policy.pools}
+
+    def tick(self) -> list[EventRecord]:
+        """Plan and start applying node changes; returns the decisions' events."""
+        now = self.clock()
+        view = [n for n in self.control.node_view() if n["alive"]]
+        states = []
+        for node in view:
+            name, pool = node["name"], node["pool"]
+            if pool not in self._pools:
+                continue
+            allocated = float(node["allocated_gpus"])
+            if allocated <= 0:
+                self._empty_since.setdefault(name, now)
+            else:
+                self._empty_since.pop(name, None)
+            threshold = self._pools[pool].scale_down.utilization_below * self._pools[pool].gpus_per_node
+            if allocated < threshold:
+                self._below_since.setdefault(name, now)
+            else:
+                self._below_since.pop(name, None)
+            states.append(
+                NodeState(name, pool, allocated, False, self._empty_since.get(name), self._below_since.get(name))
+            )
+        with self._lock:
+            booting: dict[str, int] = {}
+            for pool in self._booting.values():
+                booting[pool] = booting.get(pool, 0) + 1
+        plan = plan_nodes(self.control.policy, states, booting, self._demand(), now)
+        events: list[EventRecord] = []
+        known = {n["name"] for n in self.control.node_view()} | set(self._booting)
+        for decision in plan:
+            event = EventRecord(
+                0,
+                now,
+                "node",
+                decision.pool,
+                None,
+                decision.code.value,
+                {**decision.details, "add": decision.add, "remove": list(decision.remove)},
+            )
+            events.append(event)
+            if decision.add:
+                for _ in range(decision.add):
+                    name = self._next_name(decision.pool, known)
+                    known.add(name)
+                    self._order(decision.pool, name, decision.code, now)
+            if decision.remove and decision.code is NodeReasonCode.SCALE_DOWN_EMPTY:
+                for name in decision.remove:
+                    self._release(decision.pool, name, decision.code, now)
+        self.control.store.add_events(events)
+        return events
+
+    def _demand(self) -> list[PendingDemand]:
+        result = self.control.last_result
+        if result is None:
+            return []
+        out = []
+        with self.control.lock:
+            for decision in result.decided:
+                if decision.kind is not DecisionKind.WAIT or decision.reason.code not in _CAPACITY:
+                    continue
+                job = self.control.jobs.get(decision.workload_id)
+                if job is None:
+                    continue
+                try:
+                    resolved = resolve(self.control._workload(job), self.control.index)
+                except InvalidWorkload:
+                    continue
+                pools = tuple(p.name for option in resolved.options for p in option.pools)
+                spot_ok = any(self._pools[p].capacity_type == "spot" for p in pools if p in self._pools)
+                out.append(
+                    PendingDemand(
+                        job.id,
+                        resolved.required,
+                        max(1, resolved.gpus_per_pod),
+                        pools,
+                        resolved.preemptible and spot_ok,
+                    )
+                )
+        return out
+
+    def _next_name(self, pool: str, known: set[str]) -> str:
+        index = 0
+        while f"{pool}-{index:04d}" in known:
+            index += 1
+        return f"{pool}-{index:04d}"
+
+    def _order(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
+        with self._lock:
+            self._booting[name] = pool
+        self.control.booting[pool] = self.control.booting.get(pool, 0) + 1
+        record = NodeRecord(name, pool, self._pools[pool].gpus_per_node, "booting", now, reason={"reason": code.value})
+        self.control.store.save_node(
+            record, EventRecord(0, now, "node", name, None, "ordered", {"pool": pool, "reason": code.value})
+        )
+        self.metrics.scale_events.labels(pool, "up", code.value).inc()
+        self._pool.submit(self._boot, record)
+
+    def _boot(self, record: NodeRecord) -> None:
+        startup = self._pools[record.pool].startup_seconds
+        started = time.monotonic()
+        try:
+            self.provider.add_node(record.pool, record.name)
+        except Exception as exc:
+            record.state = "failed"
+            record.reason = {**record.reason, "error": str(exc)[:300]}
+        else:
+            remaining = startup - (time.monotonic() - started)
+            if remaining > 0:
+                time.sleep(remaining)
+            record.state = "ready"
+            record.ready_time = self.clock()
+            self.metrics.node_startup.labels(record.pool).observe(record.ready_time - record.requested_time)
+        with self._lock:
+            self._booting.pop(record.name, None)
+        self.control.booting[record.pool] = max(0, self.control.booting.get(record.pool, 0) - 1)
+        self.control.store.save_node(
+            record, EventRecord(0, self.clock(), "node", record.name, None, record.state, dict(record.reason))
+        )
+        self.control.wake.set()
+
+    def _release(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
+        with self.control.lock:
+            busy = any(
+                job.state.holds_gpus and job.placement and any(p["node"] == name for p in job.placement["pods"])
+                for job in self.control.jobs.values()
+            )
+        if busy:
+            return
+        self.metrics.scale_events.labels(pool, "down", code.value).inc()
+        record = NodeRecord(
+            name, pool, self._pools[pool].gpus_per_node, "removed", now, removed_time=now, reason={"reason": code.value}
+        )
+        self.control.store.save_node(
+            record, EventRecord(0, now, "node", name, None, "removed", {"pool": pool, "reason": code.value})
+        )
+        self._empty_since.pop(name, None)
+        self._pool.submit(self.provider.remove_node, name)
+
+    def close(self) -> None:
+        """Stop applying changes (nodes still booting finish in the background)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

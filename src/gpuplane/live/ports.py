@@ -1,0 +1,61 @@
+"""The ports the control plane drives (design: Clock, ClusterState, Engine, NodeProvider).
+
+The Ray adapters (``ray_engine.RayEngine``, ``ray_cluster``) and the store (``store.Store``) implement them;
+tests may substitute their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from gpuplane.live.ray_cluster import RayNode
+from gpuplane.live.ray_engine import RunStatus
+from gpuplane.live.records import JobRecord
+
+Clock = Callable[[], float]
+"""Seconds since the epoch; the only source of time the control plane reads."""
+
+
+class Engine(Protocol):
+    """Runs admitted workloads where the scheduler placed them, and stops them."""
+
+    def start(self, job: JobRecord, grace_period_s: float) -> None:
+        """Start ``job``'s pods on its placement (returns at once)."""
+
+    def statuses(self) -> dict[str, RunStatus]:
+        """The phase of every started workload."""
+
+    def signal_stop(self, job_id: str) -> None:
+        """Ask the workload to checkpoint and exit."""
+
+    def stop(self, job_id: str) -> None:
+        """Kill the workload and release its resources."""
+
+    def recover(self, job: JobRecord) -> bool:
+        """Re-attach to a workload started before a restart; False when it no longer runs."""
+
+    def read_log(self, job: JobRecord, rank: int = 0, offset: int = 0) -> bytes:
+        """A rank's log."""
+
+    def last_checkpoint_time(self, job_id: str) -> float | None:
+        """When the job last wrote a checkpoint."""
+
+    def replica_url(self, job_id: str) -> str | None:
+        """Where an inference replica answers HTTP."""
+
+
+class NodeProvider(Protocol):
+    """Lists the cluster's nodes and, where the cluster allows it, adds and removes them."""
+
+    def nodes(self) -> list[RayNode]:
+        """Every gpuplane node of the cluster, alive or not."""
+
+    def can_scale(self) -> bool:
+        """Whether nodes can be added and removed."""
+
+    def add_node(self, pool: str, name: str) -> None:
+        """Start node ``name`` of ``pool`` (returns when it has joined)."""
+
+    def remove_node(self, name: str) -> None:
+        """Stop node ``name``."""

@@ -1,0 +1,142 @@
+"""Ray clusters as the live plane sees them: the embedded local cluster, and the nodes of any cluster.
+
+The embedded cluster (``gpuplane serve`` without ``--ray-address``) is a real multi-node Ray cluster on
+this machine: a head node without GPUs and one Ray worker node per policy node, each on its own
+127.0.0.x address with virtual GPUs, labelled with its pool and node name. Every node also carries one
+custom resource per GPU index (``gpuplane_gpu_<i>``) so that Ray's accounting pins the exact GPUs the
+scheduler chose, and ``gpuplane_slot`` so that bundles without whole GPUs still have a resource.
+
+``LocalNodeProvider`` is the ``NodeProvider`` port's adapter for the embedded cluster: adding a node
+starts a Ray worker process with the pool's resources; removing one stops it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+NODE_LABEL = "gpuplane.io/node"
+POOL_LABEL = "gpuplane.io/pool"
+DOMAIN_LABEL = "gpuplane.io/domain"
+SLOT_RESOURCE = "gpuplane_slot"
+MAX_LOCAL_NODES = 24
+
+
+def gpu_resource(index: int) -> str:
+    """The custom resource that stands for GPU ``index`` of a node."""
+    return f"gpuplane_gpu_{index}"
+
+
+def node_resources(gpus: int, pool: str) -> dict[str, float]:
+    """The custom resources a node of ``gpus`` GPUs in ``pool`` declares to Ray."""
+    res: dict[str, float] = {gpu_resource(i): 1.0 for i in range(gpus)}
+    res[SLOT_RESOURCE] = 1000.0
+    res[f"gpuplane_pool_{pool.replace('-', '_').replace('.', '_')}"] = float(gpus)
+    return res
+
+
+@dataclass(frozen=True, slots=True)
+class RayNode:
+    """A Ray node that belongs to a gpuplane pool (found by its labels)."""
+
+    name: str
+    pool: str
+    gpus: int
+    domain: str
+    ip: str
+    node_id: str
+    alive: bool
+
+
+def discover_nodes() -> list[RayNode]:
+    """The connected cluster's nodes that carry gpuplane labels (dead ones included, marked)."""
+    import ray
+
+    out = []
+    for info in ray.nodes():  # type: ignore[no-untyped-call]
+        labels = info.get("Labels") or {}
+        name, pool = labels.get(NODE_LABEL), labels.get(POOL_LABEL)
+        if not name or not pool:
+            continue
+        out.append(
+            RayNode(
+                name=name,
+                pool=pool,
+                gpus=int(info.get("Resources", {}).get("GPU", 0)),
+                domain=labels.get(DOMAIN_LABEL, pool),
+                ip=info["NodeManagerAddress"],
+                node_id=info["NodeID"],
+                alive=bool(info.get("Alive")),
+            )
+        )
+    return out
+
+
+class LocalRayCluster:
+    """A real Ray cluster of separate node processes on this machine (``ray.cluster_utils.Cluster``)."""
+
+    def __init__(self, temp_dir: str | None = None) -> None:
+        from ray.cluster_utils import Cluster
+
+        self._next_ip = 2
+        self._lock = threading.Lock()
+        head_args: dict[str, Any] = {
+            "num_cpus": 1,
+            "num_gpus": 0,
+            "node_ip_address": self._ip(),
+            "include_dashboard": False,
+        }
+        if temp_dir:
+            head_args["temp_dir"] = temp_dir
+        self._cluster = Cluster(initialize_head=True, head_node_args=head_args, shutdown_at_exit=True)
+        self._nodes: dict[str, Any] = {}
+
+    def _ip(self) -> str:
+        ip = f"127.0.0.{self._next_ip}"
+        self._next_ip += 1
+        return ip
+
+    @property
+    def address(self) -> str:
+        """The GCS address drivers connect to."""
+        return str(self._cluster.address)
+
+    def add_node(self, name: str, pool: str, gpus: int, domain: str) -> None:
+        """Start a Ray worker node with ``gpus`` virtual GPUs, labelled as node ``name`` of ``pool``."""
+        with self._lock:
+            if name in self._nodes:
+                return
+            if len(self._nodes) >= MAX_LOCAL_NODES:
+                raise RuntimeError(
+                    f"the embedded cluster is limited to {MAX_LOCAL_NODES} nodes on one machine; "
+                    "use --ray-address for a larger cluster, or lower the pools' min_nodes/max_nodes"
+                )
+            ip = self._ip()
+        node = self._cluster.add_node(
+            wait=True,
+            num_cpus=2,
+            num_gpus=gpus,
+            node_ip_address=ip,
+            resources=node_resources(gpus, pool),
+            labels={NODE_LABEL: name, POOL_LABEL: pool, DOMAIN_LABEL: domain},
+        )
+        with self._lock:
+            self._nodes[name] = node
+
+    def remove_node(self, name: str) -> None:
+        """Stop node ``name``'s Ray processes (whatever ran there fails)."""
+        with self._lock:
+            node = self._nodes.pop(name, None)
+        if node is not None:
+            self._cluster.remove_node(node, allow_graceful=True)
+
+    @property
+    def node_names(self) -> list[str]:
+        """Names of the worker nodes started and not removed."""
+        with self._lock:
+            return list(self._nodes)
+
+    def shutdown(self) -> None:
+        """Stop every node of the cluster."""
+        self._cluster.shutdown()  # type: ignore[no-untyped-call]

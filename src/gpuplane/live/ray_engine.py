@@ -1,0 +1,369 @@
+"""The ``Engine`` port's Ray adapter: runs admitted jobs and inference replicas where the scheduler placed them.
+
+Each admitted workload becomes a detached placement group with one bundle per pod, each bundle pinned to
+the scheduler's node by a label selector and to the scheduler's GPU indices by per-GPU custom resources;
+each pod is a detached actor in its bundle (``actors.JobRank`` or ``actors.ServiceReplica``). Names are
+derived from the job id and attempt, so a restarted control plane finds what still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from gpuplane.live.actors import JobRank, ServiceReplica
+from gpuplane.live.ray_cluster import NODE_LABEL, SLOT_RESOURCE, discover_nodes, gpu_resource
+from gpuplane.live.records import JobRecord
+
+NAMESPACE = "gpuplane"
+CALL_TIMEOUT_S = 10.0
+OPTIONS_ENV = "GPUPLANE_HANDLER_OPTIONS"
+
+
+class RunPhase(StrEnum):
+    """Where a started workload stands on the cluster."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+
+
+@dataclass(slots=True)
+class RunStatus:
+    """A workload's phase; exit code when every pod has exited; why it was lost; what Ray reported at start."""
+
+    phase: RunPhase
+    exit_code: int | None = None
+    message: str = ""
+    info: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Run:
+    job_id: str
+    attempt: int
+    service: bool
+    pg: Any
+    actors: list[Any]
+    start_refs: list[Any]
+    info: list[dict[str, Any]] | None = None
+    exit_codes: list[int | None] = field(default_factory=list)
+    lost: str = ""
+
+
+def _names(job_id: str, attempt: int) -> tuple[str, str]:
+    base = f"gp-{job_id}-a{attempt}"
+    return base, base + "-r"
+
+
+class RayEngine:
+    """Starts, watches, signals and stops workloads on the connected Ray cluster."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._data_dir = data_dir
+        self._runs: dict[str, _Run] = {}
+        self._ips: dict[str, str] = {}
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where a job's logs (and, by default, its working directory) live."""
+        return self._data_dir / "jobs" / job_id
+
+    def checkpoint_dir(self, job_id: str) -> Path:
+        """The directory a job saves checkpoints to and resumes from (the same for every attempt)."""
+        return self._data_dir / "checkpoints" / job_id
+
+    def log_path(self, job_id: str, attempt: int, rank: int) -> Path:
+        """The log file of one rank of one attempt."""
+        return self.job_dir(job_id) / f"attempt-{attempt}" / f"rank-{rank}.log"
+
+    def _node_ip(self, node: str) -> str:
+        if node not in self._ips:
+            self._ips = {n.name: n.ip for n in discover_nodes() if n.alive}
+        return self._ips.get(node, "127.0.0.1")
+
+    def start(self, job: JobRecord, grace_period_s: float) -> None:
+        """Create the placement group and the pods' actors for ``job``'s current placement and attempt.
+
+        Returns at once: the placement group becomes ready when the GPUs are free (victims of a preemption
+        may still be stopping), and the actors start then.
+        """
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        assert job.placement is not None
+        pods = job.placement["pods"]
+        bundles, selectors, demands = [], [], []
+        for pod in pods:
+            demand = _pod_demand(pod, job)
+            bundles.append(
+                {**demand["resources"], "GPU": demand["num_gpus"]} if demand["num_gpus"] else demand["resources"]
+            )
+            selectors.append({NODE_LABEL: pod["node"]})
+            demands.append(demand)
+        pg_name, actor_prefix = _names(job.id, job.attempts)
+        nodes = {pod["node"] for pod in pods}
+        pg = placement_group(
+            bundles,
+            strategy="STRICT_PACK" if len(nodes) == 1 else "PACK",
+            name=pg_name,
+            lifetime="detached",
+            bundle_label_selector=selectors,
+        )
+        actors: list[Any] = []
+        refs: list[Any] = []
+        master = self._node_ip(pods[0]["node"])
+        for rank, (pod, demand) in enumerate(zip(pods, demands, strict=True)):
+            options = {
+                "name": f"{actor_prefix}{rank}",
+                "namespace": NAMESPACE,
+                "lifetime": "detached",
+                "num_cpus": 0,
+                "num_gpus": demand["num_gpus"],
+                "resources": demand["resources"],
+                "max_restarts": 0,
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank),
+            }
+            actor: Any
+            if job.service is not None:
+                actor = (
+                    ray.remote(ServiceReplica)
+                    .options(**options, max_concurrency=64)
+                    .remote(
+                        handler=job.entrypoint[0], options=json.loads(job.env.get(OPTIONS_ENV, "{}")), concurrency=1
+                    )
+                )
+            else:
+                env = self._job_env(job, rank, len(pods), pod, master, grace_period_s)
+                cwd = job.working_dir or str(self.job_dir(job.id) / "work")
+                log = str(self.log_path(job.id, job.attempts, rank))
+                actor = ray.remote(JobRank).options(**options).remote(job.entrypoint, env, cwd, log)
+            actors.append(actor)
+            refs.append(actor.start.remote())
+        self._runs[job.id] = _Run(job.id, job.attempts, job.service is not None, pg, actors, refs)
+
+    def _job_env(
+        self, job: JobRecord, rank: int, world: int, pod: dict[str, Any], master: str, grace: float
+    ) -> dict[str, str]:
+        ckpt = self.checkpoint_dir(job.id)
+        ckpt.mkdir(parents=True, exist_ok=True)
+        return {
+            **job.env,
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in pod["gpus"]),
+            "GPUPLANE_JOB_ID": job.id,
+            "GPUPLANE_TEAM": job.team,
+            "GPUPLANE_ATTEMPT": str(job.attempts),
+            "GPUPLANE_RANK": str(rank),
+            "GPUPLANE_WORLD_SIZE": str(world),
+            "GPUPLANE_NODE": pod["node"],
+            "GPUPLANE_CHECKPOINT_DIR": str(ckpt),
+            "GPUPLANE_PREEMPT_SIGNAL": "SIGTERM",
+            "GPUPLANE_GRACE_PERIOD_S": f"{grace:g}",
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": master,
+            "MASTER_PORT": str(29500 + (abs(hash(job.id)) % 1000)),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def recover(self, job: JobRecord) -> bool:
+        """Re-attach to ``job``'s actors after a control-plane restart; False when they are gone."""
+        import ray
+        from ray.util import get_placement_group
+
+        pg_name, prefix = _names(job.id, job.attempts)
+        pods = (job.placement or {}).get("pods", [])
+        try:
+            actors = [ray.get_actor(f"{prefix}{rank}", namespace=NAMESPACE) for rank in range(len(pods))]
+            pg = get_placement_group(pg_name)
+        except ValueError:
+            self._cleanup_named(job)
+            return False
+        run = _Run(job.id, job.attempts, job.service is not None, pg, actors, [])
+        run.info = []
+        self._runs[job.id] = run
+        return True
+
+    def _cleanup_named(self, job: JobRecord) -> None:
+        import ray
+        from ray.util import get_placement_group, remove_placement_group
+
+        pg_name, prefix = _names(job.id, job.attempts)
+        for rank in range(len((job.placement or {}).get("pods", []))):
+            with contextlib.suppress(ValueError):
+                ray.kill(ray.get_actor(f"{prefix}{rank}", namespace=NAMESPACE))
+        with contextlib.suppress(ValueError):
+            remove_placement_group(get_placement_group(pg_name))
+
+    def statuses(self) -> dict[str, RunStatus]:
+        """The phase of every workload this engine runs, polling all pods at once."""
+        import ray
+        from ray.exceptions import RayError
+
+        out: dict[str, RunStatus] = {}
+        polls: list[tuple[_Run, int, Any]] = []
+        for run in self._runs.values():
+            if run.lost:
+                out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
+                continue
+            if run.info is None:
+                ready, _ = ray.wait(run.start_refs, num_returns=len(run.start_refs), timeout=0)
+                if len(ready) < len(run.start_refs):
+                    if any(_failed(ref) for ref in ready):
+                        run.lost = _error_of(ready)
+                        out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
+                    else:
+                        out[run.job_id] = RunStatus(RunPhase.STARTING)
+                    continue
+                try:
+                    run.info = ray.get(run.start_refs, timeout=CALL_TIMEOUT_S)
+                except RayError as exc:
+                    run.lost = f"pod failed to start: {_short(exc)}"
+                    out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
+                    continue
+            if run.service:
+                out[run.job_id] = RunStatus(RunPhase.RUNNING, info=run.info)
+                continue
+            for rank, actor in enumerate(run.actors):
+                polls.append((run, rank, actor.poll.remote()))
+        if polls:
+            refs = [p[2] for p in polls]
+            ray.wait(refs, num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+            codes: dict[str, list[int | None]] = {}
+            for run, rank, ref in polls:
+                try:
+                    code = ray.get(ref, timeout=0.1)
+                except RayError as exc:
+                    run.lost = f"rank {rank} lost: {_short(exc)}"
+                    continue
+                codes.setdefault(run.job_id, [None] * len(run.actors))[rank] = code
+            for run, _rank, _ref in polls:
+                if run.job_id in out:
+                    continue
+                if run.lost:
+                    out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
+                    continue
+                exit_codes = codes.get(run.job_id, [])
+                failed = [c for c in exit_codes if c not in (None, 0)]
+                if failed or (exit_codes and all(c is not None for c in exit_codes)):
+                    out[run.job_id] = RunStatus(
+                        RunPhase.EXITED, exit_code=failed[0] if failed else 0, info=run.info or []
+                    )
+                else:
+                    out[run.job_id] = RunStatus(RunPhase.RUNNING, info=run.info or [])
+        return out
+
+    def signal_stop(self, job_id: str) -> None:
+        """Tell every pod of ``job_id`` to checkpoint and exit (SIGTERM)."""
+        run = self._runs.get(job_id)
+        if run is None or run.service:
+            return
+        for actor in run.actors:
+            actor.signal_stop.remote()
+
+    def stop(self, job_id: str) -> None:
+        """Kill ``job_id``'s pods now and release its placement group."""
+        import ray
+        from ray.exceptions import RayError
+        from ray.util import remove_placement_group
+
+        run = self._runs.pop(job_id, None)
+        if run is None:
+            return
+        kills = [a.kill.remote() if not run.service else a.stop.remote() for a in run.actors]
+        with contextlib.suppress(RayError):
+            ray.wait(kills, num_returns=len(kills), timeout=CALL_TIMEOUT_S)
+        for actor in run.actors:
+            with contextlib.suppress(RayError):
+                ray.kill(actor, no_restart=True)
+        with contextlib.suppress(RayError, ValueError):
+            remove_placement_group(run.pg)
+
+    def replica_url(self, job_id: str) -> str | None:
+        """The HTTP address of a started inference replica."""
+        run = self._runs.get(job_id)
+        if run is None or not run.service or not run.info:
+            return None
+        url = run.info[0].get("url")
+        return str(url) if url else None
+
+    def read_log(self, job: JobRecord, rank: int = 0, offset: int = 0) -> bytes:
+        """A rank's log of the job's latest attempt, from its actor while it runs, else from the file."""
+        import ray
+        from ray.exceptions import RayError
+
+        run = self._runs.get(job.id)
+        if run is not None and not run.service and rank < len(run.actors):
+            try:
+                data = ray.get(run.actors[rank].read_log.remote(offset), timeout=CALL_TIMEOUT_S)
+                return bytes(data)
+            except RayError:
+                pass
+        path = self.log_path(job.id, job.attempts, rank)
+        if not path.exists():
+            return b""
+        with open(path, "rb") as log:
+            log.seek(offset)
+            return log.read(1 << 20)
+
+    def last_checkpoint_time(self, job_id: str) -> float | None:
+        """The modification time of the newest file in the job's checkpoint directory."""
+        latest = None
+        root = self.checkpoint_dir(job_id)
+        if not root.exists():
+            return None
+        for dirpath, _dirs, files in os.walk(root):
+            for name in files:
+                mtime = os.path.getmtime(os.path.join(dirpath, name))
+                latest = mtime if latest is None else max(latest, mtime)
+        return latest
+
+    @property
+    def running_ids(self) -> list[str]:
+        """Workloads the engine holds handles for."""
+        return list(self._runs)
+
+
+def _pod_demand(pod: dict[str, Any], job: JobRecord) -> dict[str, Any]:
+    resources: dict[str, float] = {SLOT_RESOURCE: 1.0}
+    if pod.get("gpu_milli") is not None:
+        return {"num_gpus": pod["gpu_milli"] / 1000.0, "resources": resources}
+    if pod.get("mig"):
+        return {"num_gpus": 0, "resources": resources}
+    for gpu in pod["gpus"]:
+        resources[gpu_resource(gpu)] = 1.0
+    return {"num_gpus": len(pod["gpus"]), "resources": resources}
+
+
+def _failed(ref: Any) -> bool:
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        ray.get(ref, timeout=0)
+    except RayError:
+        return True
+    return False
+
+
+def _error_of(refs: list[Any]) -> str:
+    import ray
+    from ray.exceptions import RayError
+
+    for ref in refs:
+        try:
+            ray.get(ref, timeout=0)
+        except RayError as exc:
+            return f"pod failed to start: {_short(exc)}"
+    return "pod failed to start"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1][:300] if text else type(exc).__name__

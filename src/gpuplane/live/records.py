@@ -1,0 +1,119 @@
+"""What the control plane remembers about jobs, services, replicas, nodes and events (runtime-owned, mutable)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    """A job's life: waiting, holding GPUs (admitted, then running), being stopped, or done."""
+
+    PENDING = "pending"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the job will never run again."""
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Whether the scheduler counts the job's placement as taken."""
+        return self in (JobState.ADMITTED, JobState.RUNNING)
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One submitted job: what was asked (spec fields) and where it stands (status fields)."""
+
+    id: str
+    team: str
+    name: str
+    klass: str
+    entrypoint: list[str]
+    pods: int
+    gpus_per_pod: int
+    submit_time: float
+    priority: str | None = None
+    mig_profile: str | None = None
+    gpu_milli: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    preemptible: bool | None = None
+    checkpoint_interval_s: float | None = None
+    estimated_duration_s: float | None = None
+    pools: list[str] | None = None
+    working_dir: str | None = None
+    service: str | None = None
+    idempotency_key: str | None = None
+    state: JobState = JobState.PENDING
+    placement: dict[str, Any] | None = None
+    queued_time: float | None = None
+    admitted_time: float | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    attempts: int = 0
+    preemptions: int = 0
+    attained_gpu_s: float = 0.0
+    last_checkpoint_time: float | None = None
+    exit_code: int | None = None
+    reason: dict[str, Any] = field(default_factory=dict)
+    stop_deadline: float | None = None
+    victims: list[str] = field(default_factory=list)
+
+
+class ServiceState(StrEnum):
+    """An inference service is served until it is deleted."""
+
+    ACTIVE = "active"
+    DELETING = "deleting"
+    DELETED = "deleted"
+
+
+@dataclass(slots=True)
+class ServiceRecord:
+    """One deployed inference service: its policy spec (JSON form), handler and desired replicas."""
+
+    name: str
+    team: str
+    spec: dict[str, Any]
+    handler: str
+    created_time: float
+    state: ServiceState = ServiceState.ACTIVE
+    desired_replicas: int = 1
+    manual_replicas: int | None = None
+    reason: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    """A node of a pool: requested, booting, ready or gone, with the times that cost is computed from."""
+
+    name: str
+    pool: str
+    gpus: int
+    state: str
+    requested_time: float
+    ready_time: float | None = None
+    removed_time: float | None = None
+    reason: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """Something that happened, with its machine-readable reason; events are append-only."""
+
+    seq: int
+    time: float
+    kind: str
+    subject: str
+    team: str | None
+    reason: str
+    details: dict[str, Any]

@@ -1,0 +1,137 @@
+"""``gpuplane serve``: the control plane assembled from its adapters, its loop thread and the HTTP server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuplane.live.api import create_app
+from gpuplane.live.auth import TokenTable, resolve_tokens
+from gpuplane.live.control import ControlPlane
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.node_scaling import LiveNodeScaler
+from gpuplane.live.ports import NodeProvider
+from gpuplane.live.providers import ClusterNodes, LocalNodeProvider
+from gpuplane.live.ray_cluster import LocalRayCluster
+from gpuplane.live.ray_engine import NAMESPACE, RayEngine
+from gpuplane.live.services import ServiceManager
+from gpuplane.live.store import Store
+from gpuplane.policy import PolicySpec
+from gpuplane.policy.nodes import pool_nodes
+
+log = logging.getLogger("gpuplane.live")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """How to run: where data lives, which Ray cluster and database, how often to tick."""
+
+    data_dir: Path
+    ray_address: str | None = None
+    database_url: str | None = None
+    tick_s: float = 0.5
+    node_tick_s: float = 2.0
+    generate_tokens: bool = True
+
+
+def new_job_id() -> str:
+    """A short unique job id (also a valid Ray actor name part)."""
+    return "j" + uuid.uuid4().hex[:12]
+
+
+class LivePlane:
+    """Everything ``gpuplane serve`` runs: Ray connection, store, engine, control loop, services, API."""
+
+    def __init__(self, policy: PolicySpec, options: ServeOptions) -> None:
+        import ray
+
+        self.policy = policy
+        self.options = options
+        options.data_dir.mkdir(parents=True, exist_ok=True)
+        self.tokens: TokenTable
+        self.tokens, notes = resolve_tokens(policy, options.data_dir, options.generate_tokens)
+        for note in notes:
+            log.warning("generated %s", note)
+        url = options.database_url or f"sqlite:///{options.data_dir / 'gpuplane.db'}"
+        self.store = Store.open(url)
+        self.cluster: LocalRayCluster | None = None
+        provider: NodeProvider
+        if options.ray_address:
+            ray.init(address=options.ray_address, namespace=NAMESPACE, log_to_driver=False)
+            provider = ClusterNodes()
+        else:
+            self.cluster = LocalRayCluster()
+            ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
+            provider = LocalNodeProvider(self.cluster, policy)
+            for pool in policy.pools:
+                for node in pool_nodes(pool, pool.min_nodes):
+                    log.info("starting node %s of pool %s", node.name, pool.name)
+                    provider.add_node(pool.name, node.name)
+        self.provider = provider
+        self.metrics = Metrics(policy)
+        self.engine = RayEngine(options.data_dir)
+        self.control = ControlPlane(
+            policy, self.store, self.engine, provider, time.time, new_job_id, time.perf_counter, self.metrics
+        )
+        self.services = ServiceManager(self.control, self.metrics)
+        self.node_scaler = (
+            LiveNodeScaler(self.control, provider, self.metrics, time.time) if provider.can_scale() else None
+        )
+        recovered = self.control.recover()
+        self.services.recover()
+        log.info("recovered %s", recovered)
+        self.recovered = recovered
+        self._stop = threading.Event()
+        self._loop: threading.Thread | None = None
+        self.app = create_app(self.control, self.tokens, self.metrics, self.services)
+
+    def start(self) -> None:
+        """Start the control loop thread."""
+        self._loop = threading.Thread(target=self._run, name="gpuplane-control", daemon=True)
+        self._loop.start()
+
+    def _run(self) -> None:
+        last_nodes = 0.0
+        while not self._stop.is_set():
+            try:
+                self.control.tick()
+                self.services.tick()
+                if self.node_scaler is not None and time.monotonic() - last_nodes >= self.options.node_tick_s:
+                    last_nodes = time.monotonic()
+                    self.node_scaler.tick()
+            except Exception:
+                log.exception("control loop tick failed; retrying")
+                time.sleep(1.0)
+            self.control.wake.wait(self.options.tick_s)
+            self.control.wake.clear()
+
+    def stop(self, shutdown_cluster: bool = True) -> None:
+        """Stop the loop; with the embedded cluster, stop its nodes too (what ran there is lost)."""
+        import ray
+
+        self._stop.set()
+        self.control.wake.set()
+        if self._loop is not None:
+            self._loop.join(timeout=30)
+        if self.node_scaler is not None:
+            self.node_scaler.close()
+        ray.shutdown()
+        if self.cluster is not None and shutdown_cluster:
+            self.cluster.shutdown()
+        self.store.close()
+
+
+def run(policy: PolicySpec, options: ServeOptions, host: str, port: int) -> None:
+    """Run the control plane and serve the API until interrupted."""
+    import uvicorn
+
+    plane = LivePlane(policy, options)
+    plane.start()
+    try:
+        uvicorn.run(plane.app, host=host, port=port, log_level="warning")
+    finally:
+        plane.stop()

@@ -1,0 +1,330 @@
+"""Inference services on the live plane: deployment, the replica autoscaler's ticks, and the HTTP gateway.
+
+A service's replicas are one-pod inference jobs (``JobRecord.service`` set) that the scheduler places like
+any other work (inference pools only, MIG slices, the team's quota, preemption tiers), and that the engine
+runs as ``actors.ServiceReplica``. Requests reach them through the control plane's gateway
+(``POST /v1/services/{name}/infer``), which spreads them over the ready replicas (fewest in flight first)
+and measures what the replica autoscaler needs: arrivals, latency at the SLO percentile, requests in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from gpuplane.autoscale.replicas import ReplicaAutoscaler, ServiceSignals
+from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.ray_engine import OPTIONS_ENV
+from gpuplane.live.records import EventRecord, JobRecord, JobState, ServiceRecord, ServiceState
+from gpuplane.policy.errors import format_path
+from gpuplane.policy.schema_serving import ServiceSpec
+from gpuplane.policy.validate import check_policy
+
+DEFAULT_HANDLER = "gpuplane.live.actors:echo"
+WINDOW_S = 10.0
+
+
+class ServiceError(ValueError):
+    """A deployment or scaling request that cannot be carried out; names the field and the HTTP status."""
+
+    def __init__(self, field: str, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.field = field
+        self.status = status
+
+
+@dataclass(slots=True)
+class _Window:
+    arrivals: deque[float] = field(default_factory=deque)
+    latencies: deque[tuple[float, float]] = field(default_factory=deque)
+    in_flight: dict[str, int] = field(default_factory=dict)
+
+
+class Gateway:
+    """Forwards requests to a service's ready replicas and keeps the last ``WINDOW_S`` of measurements."""
+
+    def __init__(self, control: ControlPlane, metrics: Metrics) -> None:
+        self._control = control
+        self._metrics = metrics
+        self._windows: dict[str, _Window] = {}
+        self._lock = threading.Lock()
+        self._client: httpx.AsyncClient | None = None
+        self.urls: dict[str, dict[str, str]] = {}
+        """Per service, the ready replicas' URLs by replica id (refreshed every tick)."""
+
+    def _window(self, service: str) -> _Window:
+        with self._lock:
+            return self._windows.setdefault(service, _Window())
+
+    async def forward(self, service: str, body: bytes) -> tuple[int, bytes]:
+        """Send one request to the least busy ready replica; 503 with the reason when none is ready."""
+        window = self._window(service)
+        started = time.monotonic()
+        window.arrivals.append(started)
+        replicas = self.urls.get(service, {})
+        if not replicas:
+            self._metrics.inference_requests.labels(service, "503").inc()
+            return 503, json.dumps({"detail": f"service '{service}' has no ready replica yet"}).encode()
+        replica = min(replicas, key=lambda r: window.in_flight.get(r, 0))
+        window.in_flight[replica] = window.in_flight.get(replica, 0) + 1
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=512))
+        try:
+            response = await self._client.post(replicas[replica], content=body or b"{}")
+            status, payload = response.status_code, response.content
+        except httpx.HTTPError as exc:
+            status, payload = 502, json.dumps({"detail": f"replica {replica} failed: {exc}"}).encode()
+        finally:
+            window.in_flight[replica] -= 1
+        elapsed = time.monotonic() - started
+        window.latencies.append((time.monotonic(), elapsed))
+        self._metrics.inference_requests.labels(service, str(status)).inc()
+        self._metrics.inference_latency.labels(service).observe(elapsed)
+        return status, payload
+
+    def measure(self, service: str, percentile: float) -> tuple[float, float | None, int]:
+        """Requests/s over the window, the latency at ``percentile`` (None without requests), requests in flight."""
+        window = self._window(service)
+        horizon = time.monotonic() - WINDOW_S
+        while window.arrivals and window.arrivals[0] < horizon:
+            window.arrivals.popleft()
+        while window.latencies and window.latencies[0][0] < horizon:
+            window.latencies.popleft()
+        rps = len(window.arrivals) / WINDOW_S
+        latencies = sorted(lat for _, lat in window.latencies)
+        latency = latencies[min(len(latencies) - 1, int(len(latencies) * percentile / 100.0))] if latencies else None
+        return rps, latency, sum(window.in_flight.values())
+
+    async def close(self) -> None:
+        """Close the connections to the replicas."""
+        if self._client is not None:
+            await self._client.aclose()
+
+
+class ServiceManager:
+    """Deployed services, their autoscalers and replicas; ``tick`` runs after each control-plane tick."""
+
+    def __init__(self, control: ControlPlane, metrics: Metrics) -> None:
+        self.control = control
+        self.metrics = metrics
+        self.gateway = Gateway(control, metrics)
+        self.services: dict[str, ServiceRecord] = {}
+        self._specs: dict[str, ServiceSpec] = {}
+        self._scalers: dict[str, ReplicaAutoscaler] = {}
+        self._lock = threading.Lock()
+
+    def recover(self) -> int:
+        """Load the services from the store (their replicas are jobs, recovered with the jobs)."""
+        for service in self.control.store.load_services():
+            self._install(service)
+        return len(self.services)
+
+    def _install(self, service: ServiceRecord) -> None:
+        spec = ServiceSpec.model_validate(service.spec)
+        self.services[service.name] = service
+        self._specs[service.name] = spec
+        self._scalers[service.name] = ReplicaAutoscaler(spec)
+
+    def deploy(self, body: dict[str, Any], team: str | None) -> dict[str, Any]:
+        """Deploy a service from ``body`` (a policy service spec, or the name of one in the policy, plus
+        ``handler`` and ``options``); ``team`` is the caller's team (None for the admin)."""
+        body = dict(body)
+        handler = body.pop("handler", DEFAULT_HANDLER)
+        options = body.pop("options", {})
+        if not isinstance(handler, str):
+            raise ServiceError("handler", "give the handler as 'module:function'")
+        if not isinstance(options, dict):
+            raise ServiceError("options", "give options as a JSON object")
+        name = body.get("name")
+        declared = {s.name: s for s in self.control.policy.services}
+        if isinstance(name, str) and set(body) <= {"name", "team"} and name in declared:
+            spec = declared[name]
+        else:
+            try:
+                spec = ServiceSpec.model_validate(body)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise ServiceError(".".join(str(p) for p in first["loc"]) or "body", first["msg"]) from exc
+        if team is not None and spec.team != team:
+            raise ServiceError("team", f"this token belongs to team '{team}', not '{spec.team}'", status=403)
+        policy = self.control.policy.model_copy(update={"services": [spec]})
+        issues = check_policy(policy)
+        if issues:
+            issue = issues[0]
+            raise ServiceError(format_path(issue.path).removeprefix("services[0]."), f"{issue.message}; {issue.fix}")
+        from gpuplane.live.actors import load_handler
+
+        try:
+            load_handler(handler)
+        except ValueError as exc:
+            raise ServiceError("handler", str(exc)) from exc
+        with self._lock:
+            existing = self.services.get(spec.name)
+            if existing is not None and existing.state is not ServiceState.DELETED:
+                raise ServiceError("name", f"service '{spec.name}' already exists; delete it first", status=409)
+            now = self.control.clock()
+            record = ServiceRecord(
+                name=spec.name,
+                team=spec.team,
+                spec=spec.model_dump(mode="json"),
+                handler=handler,
+                created_time=now,
+                desired_replicas=spec.autoscaling.min_replicas,
+            )
+            record.reason = {"options": options}
+            self.control.store.save_service(
+                record, EventRecord(0, now, "service", spec.name, spec.team, "deployed", {"handler": handler})
+            )
+            self._install(record)
+        self.control.wake.set()
+        return self.view(spec.name)
+
+    def pin(self, name: str, replicas: int | None) -> dict[str, Any]:
+        """Pin the replica count (None: back to the autoscaler)."""
+        with self._lock:
+            service = self.services[name]
+            service.manual_replicas = replicas
+            now = self.control.clock()
+            self.control.store.save_service(
+                service, EventRecord(0, now, "service", name, service.team, "scaled_manually", {"replicas": replicas})
+            )
+        self.control.wake.set()
+        return self.view(name)
+
+    def delete(self, name: str) -> dict[str, Any]:
+        """Stop every replica, then forget the service."""
+        with self._lock:
+            service = self.services[name]
+            service.state = ServiceState.DELETING
+            self.control.store.save_service(
+                service, EventRecord(0, self.control.clock(), "service", name, service.team, "deleting", {})
+            )
+        self.control.wake.set()
+        return self.view(name)
+
+    def replicas(self, name: str) -> list[JobRecord]:
+        """The service's replica jobs that are not finished, oldest first."""
+        return [j for j in self.control.jobs.values() if j.service == name and not j.state.finished]
+
+    def tick(self) -> None:
+        """Measure, decide each service's replica count, and add or cancel replica jobs to match."""
+        now = self.control.clock()
+        for name, service in list(self.services.items()):
+            spec = self._specs[name]
+            replicas = self.replicas(name)
+            urls = {}
+            for job in replicas:
+                if job.state is JobState.RUNNING:
+                    url = self.control.engine.replica_url(job.id)
+                    if url:
+                        urls[job.id] = url
+            self.gateway.urls[name] = urls
+            ready = len(urls)
+            starting = sum(1 for j in replicas if j.state in (JobState.PENDING, JobState.ADMITTED)) + sum(
+                1 for j in replicas if j.state is JobState.RUNNING and j.id not in urls
+            )
+            for state in ("pending", "admitted", "running"):
+                self.metrics.inference_replicas.labels(name, state).set(
+                    sum(1 for j in replicas if j.state.value == state)
+                )
+            if service.state is ServiceState.DELETING:
+                for job in replicas:
+                    self.control.cancel(job.id)
+                if not replicas:
+                    service.state = ServiceState.DELETED
+                    self.control.store.save_service(
+                        service, EventRecord(0, now, "service", name, service.team, "deleted", {})
+                    )
+                    del self.services[name]
+                continue
+            rps, latency, in_flight = self.gateway.measure(name, spec.slo.percentile)
+            signals = ServiceSignals(
+                now=now,
+                rps=rps,
+                ready=ready,
+                starting=starting,
+                latency_s=latency,
+                queue_depth=float(max(0, in_flight - ready)),
+            )
+            decision = self._scalers[name].decide(signals)
+            desired = decision.desired if service.manual_replicas is None else service.manual_replicas
+            self.metrics.inference_desired.labels(name).set(desired)
+            live = [j for j in replicas if j.state is not JobState.CANCELLING]
+            if desired != service.desired_replicas:
+                service.desired_replicas = desired
+                service.reason = {**service.reason, "reason": decision.code.value, "details": _plain(decision.details)}
+                self.control.store.save_service(
+                    service,
+                    EventRecord(
+                        0,
+                        now,
+                        "service",
+                        name,
+                        service.team,
+                        decision.code.value,
+                        {"from": len(live), "to": desired, "rps": round(rps, 3), "latency_s": latency},
+                    ),
+                )
+            if desired > len(live):
+                for _ in range(desired - len(live)):
+                    self._add_replica(service, spec, now)
+            elif desired < len(live):
+                order = sorted(live, key=lambda j: (j.state is JobState.RUNNING, j.submit_time), reverse=False)
+                for job in order[: len(live) - desired]:
+                    self.control.cancel(job.id)
+
+    def _add_replica(self, service: ServiceRecord, spec: ServiceSpec, now: float) -> None:
+        options = service.reason.get("options", {})
+        job = JobRecord(
+            id=f"{service.name}-{self.control.new_id()}",
+            team=service.team,
+            name=f"{service.name} replica",
+            klass="inference",
+            entrypoint=[service.handler],
+            pods=1,
+            gpus_per_pod=0 if spec.mig_profile else spec.gpus_per_replica,
+            mig_profile=spec.mig_profile,
+            submit_time=now,
+            priority=spec.priority,
+            env={OPTIONS_ENV: json.dumps(options)},
+            service=service.name,
+        )
+        try:
+            self.control.submit(job)
+        except SubmitError as exc:
+            service.reason = {**service.reason, "reason": "replica_rejected", "details": {"problem": str(exc)}}
+
+    def view(self, name: str) -> dict[str, Any]:
+        """The JSON a client sees for a service."""
+        service = self.services.get(name)
+        if service is None:
+            return {"name": name, "state": "deleted"}
+        replicas = self.replicas(name)
+        return {
+            "name": name,
+            "team": service.team,
+            "state": service.state.value,
+            "handler": service.handler,
+            "desired_replicas": service.desired_replicas,
+            "manual_replicas": service.manual_replicas,
+            "replicas": {s.value: sum(1 for j in replicas if j.state is s) for s in JobState if not s.finished},
+            "ready_urls": len(self.gateway.urls.get(name, {})),
+            "reason": {k: v for k, v in service.reason.items() if k != "options"},
+            "spec": service.spec,
+        }
+
+    def views(self) -> list[dict[str, Any]]:
+        """Every service's view."""
+        return [self.view(name) for name in list(self.services)]
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

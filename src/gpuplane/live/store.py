@@ -1,0 +1,286 @@
+"""The ``ClusterState`` port's adapter: jobs, services, nodes and events in SQLite or PostgreSQL.
+
+The control plane keeps its working state in memory and writes every change through to the store in one
+transaction, so a restart recovers exactly what was accepted. Schema changes are Alembic migrations,
+applied when the store opens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, Engine, create_engine, event, insert, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
+
+from gpuplane.live import tables
+from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord, ServiceState
+
+_SPEC_FIELDS = (
+    "name",
+    "klass",
+    "entrypoint",
+    "pods",
+    "gpus_per_pod",
+    "priority",
+    "mig_profile",
+    "gpu_milli",
+    "env",
+    "preemptible",
+    "checkpoint_interval_s",
+    "estimated_duration_s",
+    "pools",
+    "working_dir",
+    "service",
+)
+_STATUS_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(JobRecord)
+    if f.name not in (*_SPEC_FIELDS, "id", "team", "submit_time", "idempotency_key", "state")
+)
+
+
+class StoreError(RuntimeError):
+    """The database cannot be opened or used; the message names the URL (without its password) and the fix."""
+
+
+class DuplicateJob(ValueError):
+    """A job with this team's idempotency key was accepted before."""
+
+
+def redacted(url: str) -> str:
+    """The database URL with any password hidden, safe for logs and error messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparseable database URL>"
+
+
+class Store:
+    """Persistent state of the control plane; every method is one transaction and thread-safe."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Connect to ``url`` (``sqlite:///PATH`` or ``postgresql+psycopg2://...``) and migrate it."""
+        try:
+            engine = create_engine(url, future=True, pool_pre_ping=True)
+        except (ArgumentError, ImportError) as exc:
+            raise StoreError(
+                f"cannot use database URL {redacted(url)}: {exc}. Fix: give sqlite:///PATH or "
+                "postgresql+psycopg2://USER:PASSWORD@HOST/DB"
+            ) from exc
+        if engine.dialect.name == "sqlite":
+            event.listen(engine, "connect", _sqlite_pragmas)
+        try:
+            with engine.begin() as conn:
+                _migrate(conn)
+        except OperationalError as exc:
+            raise StoreError(
+                f"cannot open database {redacted(url)}: {exc.orig}. Fix: check that the server runs and the "
+                "user may create tables"
+            ) from exc
+        return cls(engine)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with self._lock, self._engine.begin() as conn:
+            yield conn
+
+    def close(self) -> None:
+        """Release the connections."""
+        self._engine.dispose()
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return str(self._engine.dialect.name)
+
+    def add_job(self, job: JobRecord, event: EventRecord | None = None) -> None:
+        """Insert a newly accepted job (and its event) atomically; DuplicateJob if its idempotency key is taken."""
+        try:
+            with self._tx() as conn:
+                conn.execute(insert(tables.jobs).values(**_job_row(job)))
+                if event is not None:
+                    conn.execute(insert(tables.events).values(**_event_row(event)))
+        except IntegrityError as exc:
+            raise DuplicateJob(job.idempotency_key or job.id) from exc
+
+    def save_jobs(self, jobs: list[JobRecord], events: list[EventRecord] | None = None) -> None:
+        """Write the current status of ``jobs`` and append ``events``, in one transaction."""
+        if not jobs and not events:
+            return
+        with self._tx() as conn:
+            for job in jobs:
+                row = _job_row(job)
+                conn.execute(
+                    update(tables.jobs)
+                    .where(tables.jobs.c.id == job.id)
+                    .values(state=row["state"], status=row["status"])
+                )
+            for ev in events or ():
+                conn.execute(insert(tables.events).values(**_event_row(ev)))
+
+    def load_jobs(self, include_finished: bool = True) -> list[JobRecord]:
+        """Every job, oldest submission first."""
+        query = select(tables.jobs).order_by(tables.jobs.c.submit_time, tables.jobs.c.id)
+        with self._tx() as conn:
+            rows = conn.execute(query).mappings().all()
+        jobs = [_job_from_row(row) for row in rows]
+        return jobs if include_finished else [j for j in jobs if not j.state.finished]
+
+    def find_job_by_key(self, team: str, key: str) -> JobRecord | None:
+        """The team's job submitted with idempotency key ``key``, if any."""
+        query = select(tables.jobs).where(tables.jobs.c.team == team, tables.jobs.c.idempotency_key == key)
+        with self._tx() as conn:
+            row = conn.execute(query).mappings().first()
+        return None if row is None else _job_from_row(row)
+
+    def save_service(self, service: ServiceRecord, event: EventRecord | None = None) -> None:
+        """Insert or update a service (and append its event) in one transaction."""
+        record = _plain(dataclasses.asdict(service))
+        with self._tx() as conn:
+            exists = conn.execute(select(tables.services.c.name).where(tables.services.c.name == service.name)).first()
+            values = {"team": service.team, "state": service.state.value, "record": record}
+            if exists:
+                conn.execute(update(tables.services).where(tables.services.c.name == service.name).values(**values))
+            else:
+                conn.execute(insert(tables.services).values(name=service.name, **values))
+            if event is not None:
+                conn.execute(insert(tables.events).values(**_event_row(event)))
+
+    def load_services(self) -> list[ServiceRecord]:
+        """Every service not deleted."""
+        with self._tx() as conn:
+            rows = conn.execute(select(tables.services)).mappings().all()
+        out = []
+        for row in rows:
+            rec = dict(row["record"])
+            rec["state"] = ServiceState(rec["state"])
+            service = ServiceRecord(**rec)
+            if service.state is not ServiceState.DELETED:
+                out.append(service)
+        return out
+
+    def save_node(self, node: NodeRecord, event: EventRecord | None = None) -> None:
+        """Insert or update a node (and append its event)."""
+        record = _plain(dataclasses.asdict(node))
+        with self._tx() as conn:
+            exists = conn.execute(select(tables.nodes.c.name).where(tables.nodes.c.name == node.name)).first()
+            values = {"pool": node.pool, "state": node.state, "record": record}
+            if exists:
+                conn.execute(update(tables.nodes).where(tables.nodes.c.name == node.name).values(**values))
+            else:
+                conn.execute(insert(tables.nodes).values(name=node.name, **values))
+            if event is not None:
+                conn.execute(insert(tables.events).values(**_event_row(event)))
+
+    def load_nodes(self) -> list[NodeRecord]:
+        """Every node ever recorded."""
+        with self._tx() as conn:
+            rows = conn.execute(select(tables.nodes)).mappings().all()
+        return [NodeRecord(**dict(row["record"])) for row in rows]
+
+    def add_events(self, events: list[EventRecord]) -> None:
+        """Append events."""
+        if events:
+            with self._tx() as conn:
+                conn.execute(insert(tables.events), [_event_row(e) for e in events])
+
+    def events(
+        self, after: int = 0, limit: int = 100, team: str | None = None, subject: str | None = None
+    ) -> list[EventRecord]:
+        """Events with sequence number above ``after``, oldest first, optionally of one team or subject."""
+        query = select(tables.events).where(tables.events.c.seq > after)
+        if team is not None:
+            query = query.where(tables.events.c.team == team)
+        if subject is not None:
+            query = query.where(tables.events.c.subject == subject)
+        query = query.order_by(tables.events.c.seq).limit(limit)
+        with self._tx() as conn:
+            rows = conn.execute(query).mappings().all()
+        return [
+            EventRecord(
+                seq=row["seq"],
+                time=row["time"],
+                kind=row["kind"],
+                subject=row["subject"],
+                team=row["team"],
+                reason=row["reason"],
+                details=dict(row["details"]),
+            )
+            for row in rows
+        ]
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+def _migrate(conn: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    config.attributes["connection"] = conn
+    command.upgrade(config, "head")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, JobState | ServiceState):
+        return value.value
+    return value
+
+
+def _job_row(job: JobRecord) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "team": job.team,
+        "name": job.name,
+        "state": job.state.value,
+        "submit_time": job.submit_time,
+        "idempotency_key": job.idempotency_key,
+        "spec": _plain({f: getattr(job, f) for f in _SPEC_FIELDS}),
+        "status": _plain({f: getattr(job, f) for f in _STATUS_FIELDS}),
+    }
+
+
+def _job_from_row(row: Any) -> JobRecord:
+    spec = dict(row["spec"])
+    status = dict(row["status"])
+    return JobRecord(
+        id=row["id"],
+        team=row["team"],
+        submit_time=row["submit_time"],
+        idempotency_key=row["idempotency_key"],
+        state=JobState(row["state"]),
+        **spec,
+        **status,
+    )
+
+
+def _event_row(ev: EventRecord) -> dict[str, Any]:
+    return {
+        "time": ev.time,
+        "kind": ev.kind,
+        "subject": ev.subject,
+        "team": ev.team,
+        "reason": ev.reason,
+        "details": _plain(ev.details),
+    }
