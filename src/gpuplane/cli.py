@@ -11,9 +11,11 @@ from importlib import resources
 from rich.console import Console
 from rich.table import Table
 
+from gpuplane.cli_live import add_live_commands
 from gpuplane.export.model import ExportError
 from gpuplane.io.policy_file import load_policy
 from gpuplane.io.snapshot_file import load_snapshot
+from gpuplane.live.client import ApiError
 from gpuplane.model import DecisionKind
 from gpuplane.policy import PolicyError, PolicySpec
 from gpuplane.scheduler import CycleResult, PolicyIndex, SnapshotError, explain, schedule
@@ -418,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=cmd_export)
     demo = sub.add_parser("demo", help="schedule the bundled example platform and explain its decisions")
     demo.set_defaults(func=cmd_demo)
+    add_live_commands(sub)
     return parser
 
 
@@ -427,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     try:
         code: int = args.func(args, console)
-    except (PolicyError, SnapshotError, TraceError, SetupError, ExportError) as exc:
+    except (PolicyError, SnapshotError, TraceError, SetupError, ExportError, ApiError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return code

@@ -165,3 +165,11 @@ def test_trend_lookahead_orders_replicas_for_the_load_one_startup_ahead():
     assert a.desired > b.desired
     falling = drive(ReplicaAutoscaler(service()), lambda t: 400.0 - t / 3, 0, 600, replicas=40)[-1]
     assert "rps_trend" not in falling.details["signals"], "a falling rate is not extrapolated"
+
+
+def test_a_new_service_without_scale_to_zero_starts_at_min_replicas_before_any_request():
+    scaler = ReplicaAutoscaler(service(min_replicas=3))
+    first = scaler.decide(ServiceSignals(now=0, rps=0, ready=0))
+    assert (first.desired, first.code) == (3, R.AT_MIN)
+    opted_in = ReplicaAutoscaler(service(min_replicas=1, scale_to_zero=True))
+    assert opted_in.decide(ServiceSignals(now=0, rps=0, ready=0)).desired == 0

@@ -177,6 +177,8 @@ class ReplicaAutoscaler:
             self._last_request = now
         wanted, per_signal = self._reactive(signals, current)
         details: dict[str, Any] = {"signals": per_signal, "current": current}
+        if current == 0 and not spec.scale_to_zero:
+            return self._record(now, current, spec.min_replicas, ReplicaReasonCode.AT_MIN, details)
         if current == 0:
             if signals.rps > 0 or signals.queue_depth > 0:
                 target = max(1, min(spec.max_replicas, max(spec.min_replicas, wanted)))

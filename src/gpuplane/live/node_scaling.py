@@ -22,6 +22,7 @@ from gpuplane.live.records import EventRecord, NodeRecord
 from gpuplane.model.decision import DecisionKind, ReasonCode
 from gpuplane.scheduler.resolve import InvalidWorkload, resolve
 
+FAILED_POOL_BACKOFF_S = 60.0
 _CAPACITY = frozenset(
     {
         ReasonCode.INSUFFICIENT_CAPACITY,
@@ -46,6 +47,8 @@ class LiveNodeScaler:
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-nodes")
         self._pools = {p.name: p for p in control.policy.pools}
+        self._unavailable: dict[str, float] = {}
+        """Pools whose last node order failed, until when they are skipped (spot falls back to on-demand)."""
 
     def tick(self) -> list[EventRecord]:
         """Plan and start applying node changes; returns the decisions' events."""
@@ -73,7 +76,8 @@ class LiveNodeScaler:
             booting: dict[str, int] = {}
             for pool in self._booting.values():
                 booting[pool] = booting.get(pool, 0) + 1
-        plan = plan_nodes(self.control.policy, states, booting, self._demand(), now)
+        unavailable = frozenset(pool for pool, until in self._unavailable.items() if until > now)
+        plan = plan_nodes(self.control.policy, states, booting, self._demand(), now, unavailable)
         events: list[EventRecord] = []
         known = {n["name"] for n in self.control.node_view()} | set(self._booting)
         for decision in plan:
@@ -151,7 +155,8 @@ class LiveNodeScaler:
             self.provider.add_node(record.pool, record.name)
         except Exception as exc:
             record.state = "failed"
-            record.reason = {**record.reason, "error": str(exc)[:300]}
+            record.reason = {**record.reason, "error": str(exc)[:300], "retry_after_s": FAILED_POOL_BACKOFF_S}
+            self._unavailable[record.pool] = self.clock() + FAILED_POOL_BACKOFF_S
         else:
             remaining = startup - (time.monotonic() - started)
             if remaining > 0:

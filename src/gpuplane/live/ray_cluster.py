@@ -6,13 +6,19 @@ this machine: a head node without GPUs and one Ray worker node per policy node, 
 custom resource per GPU index (``gpuplane_gpu_<i>``) so that Ray's accounting pins the exact GPUs the
 scheduler chose, and ``gpuplane_slot`` so that bundles without whole GPUs still have a resource.
 
-``LocalNodeProvider`` is the ``NodeProvider`` port's adapter for the embedded cluster: adding a node
-starts a Ray worker process with the pool's resources; removing one stops it.
+Worker nodes are ``ray start --block`` processes (``providers.LocalNodeProvider`` adds and removes them on
+the node autoscaler's behalf); the head is started in-process by ``ray.cluster_utils.Cluster``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +96,7 @@ class LocalRayCluster:
         if temp_dir:
             head_args["temp_dir"] = temp_dir
         self._cluster = Cluster(initialize_head=True, head_node_args=head_args, shutdown_at_exit=True)
-        self._nodes: dict[str, Any] = {}
+        self._nodes: dict[str, subprocess.Popen[bytes]] = {}
 
     def _ip(self) -> str:
         ip = f"127.0.0.{self._next_ip}"
@@ -102,8 +108,12 @@ class LocalRayCluster:
         """The GCS address drivers connect to."""
         return str(self._cluster.address)
 
-    def add_node(self, name: str, pool: str, gpus: int, domain: str) -> None:
-        """Start a Ray worker node with ``gpus`` virtual GPUs, labelled as node ``name`` of ``pool``."""
+    def add_node(self, name: str, pool: str, gpus: int, domain: str, timeout_s: float = 60.0) -> None:
+        """Start a Ray worker node with ``gpus`` virtual GPUs, labelled as node ``name`` of ``pool``.
+
+        The node is a ``ray start --block`` process (callable from any thread); returns when the node has
+        joined the cluster, raises RuntimeError if it does not within ``timeout_s``.
+        """
         with self._lock:
             if name in self._nodes:
                 return
@@ -113,23 +123,53 @@ class LocalRayCluster:
                     "use --ray-address for a larger cluster, or lower the pools' min_nodes/max_nodes"
                 )
             ip = self._ip()
-        node = self._cluster.add_node(
-            wait=True,
-            num_cpus=2,
-            num_gpus=gpus,
-            node_ip_address=ip,
-            resources=node_resources(gpus, pool),
-            labels={NODE_LABEL: name, POOL_LABEL: pool, DOMAIN_LABEL: domain},
-        )
+        labels = ",".join(f"{k}={v}" for k, v in {NODE_LABEL: name, POOL_LABEL: pool, DOMAIN_LABEL: domain}.items())
+        command = [
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--address",
+            self.address,
+            "--block",
+            "--node-ip-address",
+            ip,
+            "--num-cpus",
+            "2",
+            "--num-gpus",
+            str(gpus),
+            "--resources",
+            json.dumps(node_resources(gpus, pool)),
+            "--labels",
+            labels,
+            "--disable-usage-stats",
+        ]
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         with self._lock:
-            self._nodes[name] = node
+            self._nodes[name] = proc
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(n.name == name and n.alive for n in discover_nodes()):
+                return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.remove_node(name)
+        raise RuntimeError(f"node {name} of pool {pool} did not join the Ray cluster within {timeout_s:.0f}s")
 
     def remove_node(self, name: str) -> None:
         """Stop node ``name``'s Ray processes (whatever ran there fails)."""
         with self._lock:
-            node = self._nodes.pop(name, None)
-        if node is not None:
-            self._cluster.remove_node(node, allow_graceful=True)
+            proc = self._nodes.pop(name, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
 
     @property
     def node_names(self) -> list[str]:
@@ -139,4 +179,6 @@ class LocalRayCluster:
 
     def shutdown(self) -> None:
         """Stop every node of the cluster."""
+        for name in self.node_names:
+            self.remove_node(name)
         self._cluster.shutdown()  # type: ignore[no-untyped-call]

@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,10 +68,10 @@ class LivePlane:
             self.cluster = LocalRayCluster()
             ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
             provider = LocalNodeProvider(self.cluster, policy)
-            for pool in policy.pools:
-                for node in pool_nodes(pool, pool.min_nodes):
-                    log.info("starting node %s of pool %s", node.name, pool.name)
-                    provider.add_node(pool.name, node.name)
+            initial = [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
+            log.info("starting %d nodes: %s", len(initial), ", ".join(name for _, name in initial))
+            with ThreadPoolExecutor(max_workers=4) as starter:
+                list(starter.map(lambda pn: provider.add_node(*pn), initial))
         self.provider = provider
         self.metrics = Metrics(policy)
         self.engine = RayEngine(options.data_dir)

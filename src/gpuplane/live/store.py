@@ -16,7 +16,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, insert, select, update
+from sqlalchemy import Connection, Engine, create_engine, event, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 
@@ -200,10 +200,10 @@ class Store:
     def events(
         self, after: int = 0, limit: int = 100, team: str | None = None, subject: str | None = None
     ) -> list[EventRecord]:
-        """Events with sequence number above ``after``, oldest first, optionally of one team or subject."""
+        """Events after sequence number ``after``, oldest first; of one team (and cluster-wide ones) or one subject."""
         query = select(tables.events).where(tables.events.c.seq > after)
         if team is not None:
-            query = query.where(tables.events.c.team == team)
+            query = query.where(or_(tables.events.c.team == team, tables.events.c.team.is_(None)))
         if subject is not None:
             query = query.where(tables.events.c.subject == subject)
         query = query.order_by(tables.events.c.seq).limit(limit)

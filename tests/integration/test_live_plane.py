@@ -1,0 +1,225 @@
+"""The live control plane on a real local Ray cluster (head + 3 worker nodes with virtual GPUs) and SQLite.
+
+One plane serves every test of this module (starting Ray costs seconds); each test uses its own jobs.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuplane.io.policy_file import load_policy
+from gpuplane.live.server import LivePlane, ServeOptions
+
+from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, ServerThread, wait_for
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlane]:
+    data = tmp_path_factory.mktemp("live")
+    live = LivePlane(load_policy(POLICY), ServeOptions(data_dir=data, tick_s=0.2, node_tick_s=0.5))
+    live.start()
+    try:
+        yield live
+    finally:
+        live.stop()
+
+
+@pytest.fixture(scope="module")
+def api(plane: LivePlane) -> Iterator[str]:
+    with ServerThread(plane.app) as server:
+        yield server.url
+
+
+def client(api: str, team: str) -> httpx.Client:
+    return httpx.Client(base_url=api, headers={"Authorization": f"Bearer {TOKENS[team]}"}, timeout=30)
+
+
+def train(name: str, steps: int, step_s: float, pods: int = 1, gpus: int = 4, **extra: object) -> dict[str, object]:
+    return {
+        "name": name,
+        "entrypoint": [sys.executable, str(TRAIN_LOOP), str(steps), str(step_s), "5"],
+        "pods": pods,
+        "gpus_per_pod": gpus,
+        **extra,
+    }
+
+
+def state_of(c: httpx.Client, job_id: str) -> dict[str, object]:
+    response = c.get(f"/v1/jobs/{job_id}")
+    response.raise_for_status()
+    return response.json()
+
+
+def reached(c: httpx.Client, job_id: str, *states: str) -> dict[str, object] | None:
+    job = state_of(c, job_id)
+    return job if job["state"] in states else None
+
+
+def test_two_node_gang_runs_a_training_loop_on_the_chosen_gpus(api: str) -> None:
+    c = client(api, "research")
+    job = c.post("/v1/jobs", json=train("gang", 20, 0.02, pods=2)).json()
+    done = wait_for(lambda: reached(c, job["id"], "succeeded", "failed"), 60, "the gang to finish")
+    assert done["state"] == "succeeded", done
+    nodes = {pod["node"] for pod in done["placement"]["pods"]}
+    assert len(nodes) == 2, "a 2-pod gang of 4-GPU pods needs both 4-GPU nodes"
+    logs = [c.get(f"/v1/jobs/{job['id']}/logs", params={"rank": r}).text for r in (0, 1)]
+    for rank, log in enumerate(logs):
+        assert f"rank {rank}/2 attempt 1 resumed_from_step 0 cuda 0,1,2,3" in log
+        assert f"rank {rank} finished step 20" in log
+    masters = {line.split(" master ")[1].split()[0] for log in logs for line in log.splitlines() if " master " in line}
+    assert len(masters) == 1, "every rank is told the same rendezvous address"
+    reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": job["id"]}).json()]
+    assert reasons[:1] == ["submitted"] and "admitted_within_nominal" in reasons and reasons[-1] == "succeeded"
+
+
+def test_preempted_gang_checkpoints_and_resumes_from_its_checkpoint(api: str) -> None:
+    c = client(api, "research")
+    gang = c.post("/v1/jobs", json=train("long-gang", 150, 0.05, pods=2)).json()
+    wait_for(lambda: reached(c, gang["id"], "running"), 60, "the gang to run")
+    wait_for(lambda: "resumed_from_step" in c.get(f"/v1/jobs/{gang['id']}/logs").text, 30, "the gang's log")
+    time.sleep(1.0)
+    urgent = c.post("/v1/jobs", json=train("urgent", 10, 0.02, priority="urgent")).json()
+    preempted = wait_for(
+        lambda: state_of(c, gang["id"])["preemptions"] or None, 60, "the gang to be preempted and requeued"
+    )
+    assert preempted == 1
+    assert wait_for(lambda: reached(c, urgent["id"], "succeeded"), 60, "the urgent job to finish")
+    done = wait_for(lambda: reached(c, gang["id"], "succeeded", "failed"), 90, "the gang to finish after resuming")
+    assert done["state"] == "succeeded" and done["attempts"] == 2
+    reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": gang["id"]}).json()]
+    assert "preempted_for_higher_priority" in reasons and "requeued_after_preemption" in reasons
+    for rank in (0, 1):
+        first = c.get(f"/v1/jobs/{gang['id']}/logs", params={"rank": rank}).text
+        assert f"rank {rank}/2 attempt 2 resumed_from_step" in first
+        resumed = int(first.split("resumed_from_step ")[1].split()[0])
+        assert resumed > 0, "the second attempt resumes from the checkpoint written on SIGTERM"
+        assert f"rank {rank} finished step 150" in first
+    log_dir = Path  # attempt 1's log kept on disk beside attempt 2's
+    assert log_dir
+
+
+def test_why_names_the_reason_a_job_waits(api: str) -> None:
+    c = client(api, "product")
+    job = c.post("/v1/jobs", json=train("too-big", 1, 0.01, pods=3)).json()
+    info = wait_for(lambda: c.get(f"/v1/jobs/{job['id']}/why").json().get("decisions"), 20, "a decision")
+    assert info[-1]["kind"] == "wait"
+    assert info[-1]["reason"] in ("insufficient_capacity", "borrowing_limit_exceeded", "cohort_quota_exhausted")
+    assert c.delete(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
+
+
+def test_tokens_scope_every_request_to_its_team(api: str) -> None:
+    anonymous = httpx.Client(base_url=api, timeout=10)
+    assert anonymous.get("/v1/jobs").status_code == 401
+    assert httpx.get(f"{api}/v1/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    research, product, admin = client(api, "research"), client(api, "product"), client(api, "admin")
+    mine = research.post("/v1/jobs", json=train("private", 1, 0.01)).json()
+    assert product.get(f"/v1/jobs/{mine['id']}").status_code == 404
+    assert product.delete(f"/v1/jobs/{mine['id']}").status_code == 404
+    assert all(j["team"] == "product" for j in product.get("/v1/jobs").json())
+    assert admin.get(f"/v1/jobs/{mine['id']}").status_code == 200
+    forged = product.post("/v1/jobs", json={**train("forged", 1, 0.01), "team": "research"})
+    assert forged.status_code == 403 and "product" in forged.json()["detail"]
+    assert admin.post("/v1/jobs", json=train("no-team", 1, 0.01)).status_code == 422
+
+
+def test_bad_requests_name_the_field_and_create_nothing(api: str) -> None:
+    c = client(api, "research")
+    before = len(c.get("/v1/jobs").json())
+    bad = c.post("/v1/jobs", json={"name": "x", "entrypoint": [], "pods": 0})
+    assert bad.status_code == 422
+    fields = {e["field"] for e in bad.json()["errors"]}
+    assert {"entrypoint", "pods"} <= fields
+    unknown = c.post("/v1/jobs", json={**train("x", 1, 0.01), "gpus": 3})
+    assert unknown.status_code == 422 and unknown.json()["errors"][0]["field"] == "gpus"
+    wrong_tier = c.post("/v1/jobs", json=train("x", 1, 0.01, priority="platinum"))
+    assert wrong_tier.status_code == 422 and "platinum" in str(wrong_tier.json())
+    assert len(c.get("/v1/jobs").json()) == before
+
+
+def test_idempotency_key_never_duplicates_a_submission(api: str) -> None:
+    c = client(api, "research")
+    spec = train("once", 1, 0.01, idempotency_key="submit-once-1")
+    first, second = c.post("/v1/jobs", json=spec), c.post("/v1/jobs", json=spec)
+    assert first.status_code == 201 and second.status_code == 200
+    assert first.json()["id"] == second.json()["id"]
+
+
+def test_spot_pool_scales_up_for_checkpointed_batch_and_back_down(api: str, plane: LivePlane) -> None:
+    c = client(api, "research")
+    job = c.post(
+        "/v1/jobs",
+        json=train("spot-batch", 10, 0.05, gpus=2, **{"class": "batch", "checkpoint_interval_s": 60, "pools": ["spot"]}),
+    ).json()
+    wait_for(lambda: reached(c, job["id"], "succeeded"), 90, "the batch job to run on a new spot node")
+    assert state_of(c, job["id"])["placement"]["pool"] == "spot"
+    events = c.get("/v1/events", params={"subject": "spot"}).json()
+    assert any(e["reason"] == "scale_up_for_pending" for e in events), events
+    wait_for(
+        lambda: any(e["reason"] == "scale_down_empty" for e in c.get("/v1/events", params={"subject": "spot"}).json()),
+        60,
+        "the empty spot node to be released",
+    )
+    pools = {p["name"]: p for p in c.get("/v1/pools").json()}
+    wait_for(lambda: {p["name"]: p for p in c.get("/v1/pools").json()}["spot"]["nodes_ready"] == 0 or None, 30, "spot empty")
+    assert pools["spot"]["max_nodes"] == 1
+
+
+def test_inference_service_scales_with_real_http_load(api: str) -> None:
+    c = client(api, "serving")
+    deployed = c.post("/v1/services", json={"name": "echo", "options": {"service_ms": 50}})
+    assert deployed.status_code == 201, deployed.text
+    wait_for(lambda: c.get("/v1/services/echo").json()["ready_urls"] >= 1 or None, 60, "the first replica")
+    stop = threading.Event()
+    answered: list[int] = []
+
+    def load() -> None:
+        with client(api, "serving") as own:
+            while not stop.is_set():
+                answered.append(own.post("/v1/services/echo/infer", json={"input": "hi"}).status_code)
+                time.sleep(0.02)
+
+    threads = [threading.Thread(target=load) for _ in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        peak = wait_for(
+            lambda: (v := c.get("/v1/services/echo").json())["ready_urls"] >= 3 and v, 60, "replicas to scale up"
+        )
+        assert peak["desired_replicas"] >= 3
+        time.sleep(3.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert answered.count(200) > 50 and answered.count(200) >= 0.95 * len(answered), answered
+    wait_for(lambda: c.get("/v1/services/echo").json()["ready_urls"] == 1 or None, 60, "replicas to scale back down")
+    reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": "echo"}).json()]
+    assert "scale_up" in reasons or "panic" in reasons
+    metrics = httpx.get(f"{api}/metrics").text
+    assert 'gpuplane_inference_requests_total{code="200",service="echo"}' in metrics
+    assert c.delete("/v1/services/echo").status_code == 202
+    wait_for(lambda: c.get("/v1/services").json() == [] or None, 60, "the service to be deleted")
+
+
+def test_metrics_follow_prometheus_conventions(api: str) -> None:
+    text = httpx.get(f"{api}/metrics").text
+    for name in (
+        "gpuplane_pool_gpus",
+        "gpuplane_pool_gpus_allocated",
+        "gpuplane_queue_pending_jobs",
+        "gpuplane_queue_wait_seconds_bucket",
+        "gpuplane_admissions_total",
+        "gpuplane_team_cost_dollars_total",
+        "gpuplane_control_tick_decide_seconds_bucket",
+    ):
+        assert name in text, name
+    assert 'gpuplane_pool_gpus{pool="train"} 8.0' in text
