@@ -1,0 +1,113 @@
+"""Kill the control plane (SIGKILL) mid-run and start it again: nothing accepted is lost, what runs on Ray
+keeps running and is re-attached, and the queue carries on. Real Ray cluster in its own process, real
+``gpuplane serve`` processes, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.databases import KINDS, database_url
+from tests.integration.live_helpers import HERE, POLICY, TOKENS, TRAIN_LOOP, free_port, wait_for
+
+pytestmark = pytest.mark.live
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "live" / "ray_cluster_proc.py"), "train-0000:train:4", "train-0001:train:4"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        assert address, "the Ray cluster process did not start"
+        yield address
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def serve(address: str, data: Path, db: str, port: int) -> subprocess.Popen[bytes]:
+    log = open(data / f"serve-{port}.log", "ab")  # noqa: SIM115 - the process owns it
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "gpuplane", "serve", "--policy", str(POLICY), "--ray-address", address,
+            "--data-dir", str(data), "--database-url", db, "--port", str(port), "--tick-s", "0.2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def up(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_killed_control_plane_loses_nothing_and_reattaches_to_running_work(
+    kind: str, ray_address: str, tmp_path: Path
+) -> None:
+    db = database_url(kind, tmp_path)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    headers = {"Authorization": f"Bearer {TOKENS['research']}"}
+    first = serve(ray_address, tmp_path, db, port)
+    try:
+        wait_for(lambda: up(url), 60, "the control plane to answer")
+        c = httpx.Client(base_url=url, headers=headers, timeout=30)
+        entry = [sys.executable, str(TRAIN_LOOP)]
+        running = c.post("/v1/jobs", json={"name": "long", "entrypoint": [*entry, "60", "0.1", "5"], "gpus_per_pod": 4}).json()
+        gang = c.post(
+            "/v1/jobs", json={"name": "gang", "entrypoint": [*entry, "5", "0.02"], "pods": 2, "gpus_per_pod": 4}
+        ).json()
+        wait_for(lambda: c.get(f"/v1/jobs/{running['id']}").json()["state"] == "running", 60, "the long job to run")
+        before = {j["id"]: j for j in c.get("/v1/jobs").json()}
+        assert before[gang["id"]]["state"] == "pending"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    second = serve(ray_address, tmp_path, db, port)
+    try:
+        wait_for(lambda: up(url), 60, "the restarted control plane to answer")
+        c = httpx.Client(base_url=url, headers=headers, timeout=30)
+        after = {j["id"]: j for j in c.get("/v1/jobs").json()}
+        assert set(after) == set(before), "every accepted job is still known"
+        assert after[running["id"]]["state"] == "running" and after[running["id"]]["attempts"] == 1
+        done = wait_for(
+            lambda: (j := c.get(f"/v1/jobs/{running['id']}").json())["state"] in ("succeeded", "failed") and j,
+            90,
+            "the long job to finish under the new control plane",
+        )
+        assert done["state"] == "succeeded" and done["attempts"] == 1, "re-attached, not restarted"
+        log = c.get(f"/v1/jobs/{running['id']}/logs").text
+        assert "attempt 1 resumed_from_step 0" in log and "finished step 60" in log and "attempt 2" not in log
+        gang_done = wait_for(
+            lambda: (j := c.get(f"/v1/jobs/{gang['id']}").json())["state"] in ("succeeded", "failed") and j,
+            90,
+            "the queued gang to run after the restart",
+        )
+        assert gang_done["state"] == "succeeded"
+        reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": running["id"]}).json()]
+        assert reasons == ["submitted", "admitted_within_nominal", "started", "succeeded"]
+    finally:
+        second.send_signal(signal.SIGTERM)
+        try:
+            second.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            second.kill()

@@ -1,0 +1,80 @@
+"""The live plane's store on SQLite and PostgreSQL: migrations, write-through, recovery, no duplicates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord
+from gpuplane.live.store import DuplicateJob, Store, StoreError, redacted
+from tests.integration.databases import KINDS, database_url
+
+
+def job(job_id: str, key: str | None = None, team: str = "research") -> JobRecord:
+    return JobRecord(
+        id=job_id,
+        team=team,
+        name=job_id,
+        klass="training",
+        entrypoint=["python", "-c", "print(1)"],
+        pods=2,
+        gpus_per_pod=4,
+        submit_time=100.0,
+        idempotency_key=key,
+        env={"A": "1"},
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_everything_accepted_survives_a_reopen(kind: str, tmp_path: Path) -> None:
+    url = database_url(kind, tmp_path)
+    store = Store.open(url)
+    assert store.dialect == kind
+    a, b = job("ja", "k1"), job("jb")
+    store.add_job(a, EventRecord(0, 100.0, "job", "ja", "research", "submitted", {"gpus": 8}))
+    store.add_job(b)
+    a.state = JobState.RUNNING
+    a.placement = {"pool": "train", "flavor": "a100", "pods": [{"node": "n0", "gpus": [0, 1], "mig": None, "gpu_milli": None}]}
+    a.attempts = 1
+    a.attained_gpu_s = 12.5
+    store.save_jobs([a], [EventRecord(0, 101.0, "job", "ja", "research", "started", {"attempt": 1})])
+    store.save_service(ServiceRecord("echo", "serving", {"name": "echo"}, "m:f", 1.0, desired_replicas=3))
+    store.save_node(NodeRecord("spot-0000", "spot", 2, "ready", 5.0, 7.0))
+    store.add_events([EventRecord(0, 102.0, "node", "spot", None, "scale_up_for_pending", {"add": 1})])
+    store.close()
+
+    reopened = Store.open(url)
+    jobs = {j.id: j for j in reopened.load_jobs()}
+    assert jobs["ja"].state is JobState.RUNNING and jobs["ja"].placement == a.placement
+    assert jobs["ja"].attained_gpu_s == 12.5 and jobs["ja"].env == {"A": "1"} and jobs["ja"].attempts == 1
+    assert jobs["jb"].state is JobState.PENDING
+    assert reopened.find_job_by_key("research", "k1").id == "ja"
+    assert reopened.load_services()[0].desired_replicas == 3
+    assert reopened.load_nodes()[0].ready_time == 7.0
+    assert [e.reason for e in reopened.events(subject="ja")] == ["submitted", "started"]
+    assert [e.reason for e in reopened.events(team="research")] == ["submitted", "started", "scale_up_for_pending"]
+    assert [e.reason for e in reopened.events(team="product")] == ["scale_up_for_pending"]
+    reopened.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_team_cannot_submit_the_same_idempotency_key_twice(kind: str, tmp_path: Path) -> None:
+    store = Store.open(database_url(kind, tmp_path))
+    store.add_job(job("j1", "same"))
+    with pytest.raises(DuplicateJob):
+        store.add_job(job("j2", "same"), EventRecord(0, 1.0, "job", "j2", "research", "submitted", {}))
+    store.add_job(job("j3", "same", team="product"))
+    assert sorted(j.id for j in store.load_jobs()) == ["j1", "j3"]
+    assert store.events(subject="j2") == [], "the refused submission left no event behind"
+    store.close()
+
+
+def test_database_errors_name_the_url_without_its_password() -> None:
+    url = "postgresql+psycopg2://user:hunter2@127.0.0.1:1/none"
+    with pytest.raises(StoreError) as err:
+        Store.open(url)
+    assert "hunter2" not in str(err.value) and "127.0.0.1:1" in str(err.value)
+    assert "hunter2" not in redacted(url)
+    with pytest.raises(StoreError, match="sqlite:///PATH"):
+        Store.open("nosuchdb://x")
