@@ -24,7 +24,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("alembic", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    policy = load_policy(Path(args.policy))
+    policy = load_policy(args.policy)
     options = ServeOptions(
         data_dir=Path(args.data_dir),
         ray_address=args.ray_address,

@@ -14,7 +14,12 @@ import uvicorn
 HERE = Path(__file__).parent
 TRAIN_LOOP = HERE / "live" / "train_loop.py"
 POLICY = HERE.parent / "data" / "live_policy.yaml"
-TOKENS = {"admin": "admin-secret", "research": "research-secret", "product": "product-secret", "serving": "serving-secret"}
+TOKENS = {
+    "admin": "admin-secret",
+    "research": "research-secret",
+    "product": "product-secret",
+    "serving": "serving-secret",
+}
 T = TypeVar("T")
 
 

@@ -16,7 +16,6 @@ import pytest
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.server import LivePlane, ServeOptions
-
 from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, ServerThread, wait_for
 
 pytestmark = pytest.mark.live
@@ -157,7 +156,9 @@ def test_spot_pool_scales_up_for_checkpointed_batch_and_back_down(api: str, plan
     c = client(api, "research")
     job = c.post(
         "/v1/jobs",
-        json=train("spot-batch", 10, 0.05, gpus=2, **{"class": "batch", "checkpoint_interval_s": 60, "pools": ["spot"]}),
+        json=train(
+            "spot-batch", 10, 0.05, gpus=2, **{"class": "batch", "checkpoint_interval_s": 60, "pools": ["spot"]}
+        ),
     ).json()
     wait_for(lambda: reached(c, job["id"], "succeeded"), 90, "the batch job to run on a new spot node")
     assert state_of(c, job["id"])["placement"]["pool"] == "spot"
@@ -169,7 +170,9 @@ def test_spot_pool_scales_up_for_checkpointed_batch_and_back_down(api: str, plan
         "the empty spot node to be released",
     )
     pools = {p["name"]: p for p in c.get("/v1/pools").json()}
-    wait_for(lambda: {p["name"]: p for p in c.get("/v1/pools").json()}["spot"]["nodes_ready"] == 0 or None, 30, "spot empty")
+    wait_for(
+        lambda: {p["name"]: p for p in c.get("/v1/pools").json()}["spot"]["nodes_ready"] == 0 or None, 30, "spot empty"
+    )
     assert pools["spot"]["max_nodes"] == 1
 
 

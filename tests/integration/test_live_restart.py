@@ -43,8 +43,22 @@ def serve(address: str, data: Path, db: str, port: int) -> subprocess.Popen[byte
     log = open(data / f"serve-{port}.log", "ab")  # noqa: SIM115 - the process owns it
     return subprocess.Popen(
         [
-            sys.executable, "-m", "gpuplane", "serve", "--policy", str(POLICY), "--ray-address", address,
-            "--data-dir", str(data), "--database-url", db, "--port", str(port), "--tick-s", "0.2",
+            sys.executable,
+            "-m",
+            "gpuplane",
+            "serve",
+            "--policy",
+            str(POLICY),
+            "--ray-address",
+            address,
+            "--data-dir",
+            str(data),
+            "--database-url",
+            db,
+            "--port",
+            str(port),
+            "--tick-s",
+            "0.2",
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -72,7 +86,9 @@ def test_killed_control_plane_loses_nothing_and_reattaches_to_running_work(
         wait_for(lambda: up(url), 60, "the control plane to answer")
         c = httpx.Client(base_url=url, headers=headers, timeout=30)
         entry = [sys.executable, str(TRAIN_LOOP)]
-        running = c.post("/v1/jobs", json={"name": "long", "entrypoint": [*entry, "60", "0.1", "5"], "gpus_per_pod": 4}).json()
+        running = c.post(
+            "/v1/jobs", json={"name": "long", "entrypoint": [*entry, "60", "0.1", "5"], "gpus_per_pod": 4}
+        ).json()
         gang = c.post(
             "/v1/jobs", json={"name": "gang", "entrypoint": [*entry, "5", "0.02"], "pods": 2, "gpus_per_pod": 4}
         ).json()

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.simcheck import check_conservation
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.policy import parse_policy
 from gpuplane.sim.readers import read_trace
 from gpuplane.sim.runner import Options, compare
+from tests.simcheck import check_conservation
 
 TRACES = Path(os.environ.get("GPUPLANE_TRACES", Path(__file__).resolve().parents[3] / "shared" / "traces"))
 EXAMPLES = Path(__file__).resolve().parents[2] / "src" / "gpuplane" / "examples"

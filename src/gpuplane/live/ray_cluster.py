@@ -12,14 +12,18 @@ the node autoscaler's behalf); the head is started in-process by ``ray.cluster_u
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 NODE_LABEL = "gpuplane.io/node"
@@ -87,6 +91,8 @@ class LocalRayCluster:
 
         self._next_ip = 2
         self._lock = threading.Lock()
+        self._starting = threading.Lock()
+        """Held while one node starts: raylets started at once race for the same ports."""
         head_args: dict[str, Any] = {
             "num_cpus": 1,
             "num_gpus": 0,
@@ -97,6 +103,7 @@ class LocalRayCluster:
             head_args["temp_dir"] = temp_dir
         self._cluster = Cluster(initialize_head=True, head_node_args=head_args, shutdown_at_exit=True)
         self._nodes: dict[str, subprocess.Popen[bytes]] = {}
+        atexit.register(self._kill_nodes)
 
     def _ip(self) -> str:
         ip = f"127.0.0.{self._next_ip}"
@@ -123,6 +130,10 @@ class LocalRayCluster:
                     "use --ray-address for a larger cluster, or lower the pools' min_nodes/max_nodes"
                 )
             ip = self._ip()
+        with self._starting:
+            self._start_node(name, pool, gpus, domain, ip, timeout_s)
+
+    def _start_node(self, name: str, pool: str, gpus: int, domain: str, ip: str, timeout_s: float) -> None:
         labels = ",".join(f"{k}={v}" for k, v in {NODE_LABEL: name, POOL_LABEL: pool, DOMAIN_LABEL: domain}.items())
         command = [
             sys.executable,
@@ -144,7 +155,9 @@ class LocalRayCluster:
             labels,
             "--disable-usage-stats",
         ]
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        log_path = Path(tempfile.gettempdir()) / f"gpuplane-node-{os.getpid()}-{name}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         with self._lock:
             self._nodes[name] = proc
         deadline = time.monotonic() + timeout_s
@@ -154,8 +167,11 @@ class LocalRayCluster:
             if proc.poll() is not None:
                 break
             time.sleep(0.1)
+        exited = proc.poll()
         self.remove_node(name)
-        raise RuntimeError(f"node {name} of pool {pool} did not join the Ray cluster within {timeout_s:.0f}s")
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        what = f"exited with code {exited}" if exited is not None else f"did not join within {timeout_s:.0f}s"
+        raise RuntimeError(f"node {name} of pool {pool} {what} (ray start said: {' / '.join(tail)})")
 
     def remove_node(self, name: str) -> None:
         """Stop node ``name``'s Ray processes (whatever ran there fails)."""
@@ -176,6 +192,15 @@ class LocalRayCluster:
         """Names of the worker nodes started and not removed."""
         with self._lock:
             return list(self._nodes)
+
+    def _kill_nodes(self) -> None:
+        with self._lock:
+            procs = list(self._nodes.values())
+            self._nodes.clear()
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
 
     def shutdown(self) -> None:
         """Stop every node of the cluster."""

@@ -6,7 +6,6 @@ import logging
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +36,7 @@ class ServeOptions:
     tick_s: float = 0.5
     node_tick_s: float = 2.0
     generate_tokens: bool = True
+    autoscale_nodes: bool = True
 
 
 def new_job_id() -> str:
@@ -70,8 +70,8 @@ class LivePlane:
             provider = LocalNodeProvider(self.cluster, policy)
             initial = [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
             log.info("starting %d nodes: %s", len(initial), ", ".join(name for _, name in initial))
-            with ThreadPoolExecutor(max_workers=4) as starter:
-                list(starter.map(lambda pn: provider.add_node(*pn), initial))
+            for pool_name, node_name in initial:
+                provider.add_node(pool_name, node_name)
         self.provider = provider
         self.metrics = Metrics(policy)
         self.engine = RayEngine(options.data_dir)
@@ -110,14 +110,19 @@ class LivePlane:
             self.control.wake.wait(self.options.tick_s)
             self.control.wake.clear()
 
-    def stop(self, shutdown_cluster: bool = True) -> None:
-        """Stop the loop; with the embedded cluster, stop its nodes too (what ran there is lost)."""
-        import ray
-
+    def stop_loop(self) -> None:
+        """Stop the control loop thread (the plane can still be ticked by hand)."""
         self._stop.set()
         self.control.wake.set()
         if self._loop is not None:
             self._loop.join(timeout=30)
+            self._loop = None
+
+    def stop(self, shutdown_cluster: bool = True) -> None:
+        """Stop the loop; with the embedded cluster, stop its nodes too (what ran there is lost)."""
+        import ray
+
+        self.stop_loop()
         if self.node_scaler is not None:
             self.node_scaler.close()
         ray.shutdown()
@@ -136,3 +141,33 @@ def run(policy: PolicySpec, options: ServeOptions, host: str, port: int) -> None
         uvicorn.run(plane.app, host=host, port=port, log_level="warning")
     finally:
         plane.stop()
+
+
+class BackgroundServer:
+    """The API served by uvicorn on a thread (tests, benchmarks, notebooks); a context manager."""
+
+    def __init__(self, app: object, host: str = "127.0.0.1", port: int = 0) -> None:
+        import socket
+
+        import uvicorn
+
+        if port == 0:
+            with socket.socket() as probe:
+                probe.bind((host, 0))
+                port = int(probe.getsockname()[1])
+        self.url = f"http://{host}:{port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))  # type: ignore[arg-type]
+        self._thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> BackgroundServer:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the API server did not start on {self.url}")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
