@@ -1,0 +1,207 @@
+"""The live control plane's state machine with a fake engine and a fake clock (no Ray): admission, start,
+preemption with grace period, lost nodes, cancellation, recovery after a restart, and the persisted events."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from gpuplane.io.policy_file import load_policy
+from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.live.ray_cluster import RayNode
+from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.records import JobRecord, JobState
+from gpuplane.live.store import Store
+
+POLICY = Path(__file__).parents[1] / "data" / "live_policy.yaml"
+
+
+class FakeEngine:
+    """Records what the control plane asks; tests set each workload's phase."""
+
+    def __init__(self) -> None:
+        self.phase: dict[str, RunStatus] = {}
+        self.started: list[str] = []
+        self.signalled: list[str] = []
+        self.stopped: list[str] = []
+        self.alive_after_restart: set[str] = set()
+        self.checkpoints: dict[str, float] = {}
+
+    def start(self, job: JobRecord, grace_period_s: float) -> None:
+        self.started.append(job.id)
+        self.phase[job.id] = RunStatus(RunPhase.STARTING)
+
+    def statuses(self) -> dict[str, RunStatus]:
+        return dict(self.phase)
+
+    def signal_stop(self, job_id: str) -> None:
+        self.signalled.append(job_id)
+
+    def stop(self, job_id: str) -> None:
+        self.stopped.append(job_id)
+        self.phase.pop(job_id, None)
+
+    def recover(self, job: JobRecord) -> bool:
+        if job.id in self.alive_after_restart:
+            self.phase[job.id] = RunStatus(RunPhase.RUNNING)
+            return True
+        return False
+
+    def read_log(self, job: JobRecord, rank: int = 0, offset: int = 0) -> bytes:
+        return b""
+
+    def last_checkpoint_time(self, job_id: str) -> float | None:
+        return self.checkpoints.get(job_id)
+
+    def replica_url(self, job_id: str) -> str | None:
+        return None
+
+
+class FakeNodes:
+    def __init__(self) -> None:
+        self.list = [
+            RayNode("train-0000", "train", 4, "train", "127.0.0.3", "a", True),
+            RayNode("train-0001", "train", 4, "train", "127.0.0.4", "b", True),
+        ]
+
+    def nodes(self) -> list[RayNode]:
+        return list(self.list)
+
+    def can_scale(self) -> bool:
+        return False
+
+    def add_node(self, pool: str, name: str) -> None:
+        raise AssertionError
+
+    def remove_node(self, name: str) -> None:
+        raise AssertionError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def plane(tmp_path: Path, engine: FakeEngine | None = None, clock: Clock | None = None) -> ControlPlane:
+    ids = (f"j{n}" for n in itertools.count())
+    return ControlPlane(
+        load_policy(str(POLICY)),
+        Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        engine or FakeEngine(),
+        FakeNodes(),
+        clock or Clock(),
+        lambda: next(ids),
+    )
+
+
+def job(job_id: str, pods: int = 1, gpus: int = 4, priority: str | None = None, submit: float = 1000.0) -> JobRecord:
+    return JobRecord(job_id, "research", job_id, "training", ["true"], pods, gpus, submit, priority=priority)
+
+
+def test_admitted_job_starts_on_the_chosen_gpus_and_finishes(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    cp = plane(tmp_path, engine)
+    cp.submit(job("a", pods=2))
+    report = cp.tick()
+    assert report.admitted == 1 and engine.started == ["a"]
+    a = cp.jobs["a"]
+    assert a.state is JobState.ADMITTED and a.attempts == 1
+    assert sorted(p["node"] for p in a.placement["pods"]) == ["train-0000", "train-0001"]
+    engine.phase["a"] = RunStatus(RunPhase.RUNNING)
+    cp.tick()
+    assert a.state is JobState.RUNNING and a.start_time == 1000.0
+    engine.phase["a"] = RunStatus(RunPhase.EXITED, exit_code=0)
+    cp.clock.now += 10  # type: ignore[attr-defined]
+    cp.tick()
+    assert a.state is JobState.SUCCEEDED and a.attained_gpu_s == pytest.approx(80.0)
+    assert engine.stopped == ["a"]
+    assert [e.reason for e in cp.store.events(subject="a")] == ["submitted", "admitted_within_nominal", "started", "succeeded"]
+
+
+def test_preemption_signals_waits_the_grace_period_then_requeues_with_the_checkpoint(tmp_path: Path) -> None:
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock)
+    cp.submit(job("gang", pods=2))
+    cp.tick()
+    engine.phase["gang"] = RunStatus(RunPhase.RUNNING)
+    cp.tick()
+    clock.now += 60
+    engine.checkpoints["gang"] = clock.now - 5
+    cp.submit(job("urgent", priority="urgent", submit=clock.now))
+    cp.tick()
+    gang, urgent = cp.jobs["gang"], cp.jobs["urgent"]
+    assert gang.state is JobState.PREEMPTING and engine.signalled == ["gang"]
+    assert urgent.state is JobState.ADMITTED and urgent.victims == ["gang"], "placed on the victim's GPUs at once"
+    clock.now += 4
+    cp.tick()
+    assert gang.state is JobState.PREEMPTING, "still inside the 5 s grace period"
+    clock.now += 2
+    cp.tick()
+    assert gang.state is JobState.PENDING and engine.stopped == ["gang"], "killed when the grace period ran out"
+    assert gang.preemptions == 1 and gang.placement is None
+    assert gang.last_checkpoint_time == clock.now - 11 and gang.attained_gpu_s == pytest.approx(8 * 66)
+    reasons = [e.reason for e in cp.store.events(subject="gang")]
+    assert "preempted_for_higher_priority" in reasons and reasons[-1] == "requeued_after_preemption"
+
+
+def test_a_job_whose_node_disappears_is_requeued(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    cp = plane(tmp_path, engine)
+    cp.submit(job("a", gpus=4))
+    cp.tick()
+    node = cp.jobs["a"].placement["pods"][0]["node"]
+    cp.node_provider.list = [n for n in cp.node_provider.list if n.name != node]  # type: ignore[attr-defined]
+    cp.tick()
+    a = cp.jobs["a"]
+    assert [e.reason for e in cp.store.events(subject="a")][2:] == ["node_lost", "admitted_within_nominal"]
+    assert a.state is JobState.ADMITTED and a.attempts == 2, "requeued and placed again on the node left"
+    assert a.placement["pods"][0]["node"] != node and engine.stopped == ["a"]
+
+
+def test_invalid_submissions_are_refused_and_leave_nothing(tmp_path: Path) -> None:
+    cp = plane(tmp_path)
+    with pytest.raises(SubmitError) as err:
+        cp.submit(job("x", priority="platinum"))
+    assert "platinum" in str(err.value)
+    with pytest.raises(SubmitError):
+        cp.submit(JobRecord("y", "research", "y", "training", ["true"], 1, 16, 1000.0))
+    assert cp.jobs == {} and cp.store.load_jobs() == [] and cp.store.events() == []
+
+
+def test_cancel_waits_for_running_work_and_is_immediate_for_pending(tmp_path: Path) -> None:
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock)
+    cp.submit(job("run", pods=2))
+    cp.submit(job("wait", submit=1001))
+    cp.tick()
+    assert cp.cancel("wait").state is JobState.CANCELLED
+    assert cp.cancel("run").state is JobState.CANCELLING and engine.signalled == ["run"]
+    engine.phase["run"] = RunStatus(RunPhase.EXITED, exit_code=143)
+    cp.tick()
+    assert cp.jobs["run"].state is JobState.CANCELLED and cp.jobs["run"].exit_code == 143
+
+
+def test_restart_reattaches_what_runs_and_requeues_what_was_lost(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    cp = plane(tmp_path, engine)
+    for name in ("a", "b", "c"):
+        cp.submit(job(name, submit=1000 + ord(name)))
+    cp.tick()
+    assert {j.id for j in cp.jobs.values() if j.state is JobState.ADMITTED} == {"a", "b"}
+    cp.store.close()
+
+    again = FakeEngine()
+    again.alive_after_restart = {"a"}
+    restarted = plane(tmp_path, again)
+    counts = restarted.recover()
+    assert counts == {"recovered_running": 1, "requeued": 1, "pending": 1, "finished": 0}
+    assert restarted.jobs["a"].state is JobState.ADMITTED and restarted.jobs["a"].attempts == 1
+    assert restarted.jobs["b"].state is JobState.PENDING and restarted.jobs["b"].reason["reason"] == "lost_on_restart"
+    restarted.tick()
+    assert restarted.jobs["a"].state is JobState.RUNNING
+    assert restarted.jobs["b"].state is JobState.ADMITTED and restarted.jobs["b"].attempts == 2
