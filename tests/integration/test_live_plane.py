@@ -160,6 +160,8 @@ def test_spot_pool_scales_up_for_checkpointed_batch_and_back_down(api: str, plan
             "spot-batch", 10, 0.05, gpus=2, **{"class": "batch", "checkpoint_interval_s": 60, "pools": ["spot"]}
         ),
     ).json()
+    why = wait_for(lambda: c.get(f"/v1/jobs/{job['id']}/why").json().get("node_scale_up"), 30, "a node ordered for it")
+    assert why["pool"] == "spot" and why["reason"] == "scale_up_for_pending"
     wait_for(lambda: reached(c, job["id"], "succeeded"), 90, "the batch job to run on a new spot node")
     assert state_of(c, job["id"])["placement"]["pool"] == "spot"
     events = c.get("/v1/events", params={"subject": "spot"}).json()

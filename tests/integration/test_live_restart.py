@@ -121,6 +121,10 @@ def test_killed_control_plane_loses_nothing_and_reattaches_to_running_work(
         assert gang_done["state"] == "succeeded"
         reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": running["id"]}).json()]
         assert reasons == ["submitted", "admitted_within_nominal", "started", "succeeded"]
+        logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("serve-*.log"))
+        assert "recovered" in logs
+        for token in TOKENS.values():
+            assert token not in logs, "tokens never appear in the control plane's logs"
     finally:
         second.send_signal(signal.SIGTERM)
         try:

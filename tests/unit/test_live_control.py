@@ -120,7 +120,12 @@ def test_admitted_job_starts_on_the_chosen_gpus_and_finishes(tmp_path: Path) -> 
     cp.tick()
     assert a.state is JobState.SUCCEEDED and a.attained_gpu_s == pytest.approx(80.0)
     assert engine.stopped == ["a"]
-    assert [e.reason for e in cp.store.events(subject="a")] == ["submitted", "admitted_within_nominal", "started", "succeeded"]
+    assert [e.reason for e in cp.store.events(subject="a")] == [
+        "submitted",
+        "admitted_within_nominal",
+        "started",
+        "succeeded",
+    ]
 
 
 def test_preemption_signals_waits_the_grace_period_then_requeues_with_the_checkpoint(tmp_path: Path) -> None:

@@ -93,6 +93,8 @@ class ControlPlane:
         self.wake = threading.Event()
         self.listeners: list[Callable[[TickReport], None]] = []
         self.metrics = metrics
+        self.scale_ups: dict[str, dict[str, Any]] = {}
+        """Per pending job, the node order the node autoscaler placed for it (shown by ``why``)."""
         self.booting: dict[str, int] = {}
         """Nodes ordered and not yet joined, per pool (kept by the node autoscaler)."""
 
@@ -177,7 +179,10 @@ class ControlPlane:
             if job.state is JobState.PENDING:
                 if self.last_result is None or not self.last_result.for_workload(job_id):
                     return {"workload": job_id, "status": "pending", "message": "submitted after the last cycle"}
-                return explain_dict(self.last_result, job_id)
+                info = explain_dict(self.last_result, job_id)
+                if job_id in self.scale_ups:
+                    info["node_scale_up"] = self.scale_ups[job_id]
+                return info
             out = {"workload": job_id, "status": job.state.value, **({"decision": job.reason} if job.reason else {})}
             if job.state is JobState.ADMITTED:
                 out["message"] = "admitted; waiting for its pods to start (preempted work may still be stopping)"
@@ -374,6 +379,7 @@ class ControlPlane:
         job.reason = {"reason": reason, **details}
         self._workloads.pop(job.id, None)
         self._ckpt_checked.pop(job.id, None)
+        self.scale_ups.pop(job.id, None)
         events.append(self._event("job", job, reason, details))
 
     def _requeue(

@@ -92,6 +92,13 @@ class LiveNodeScaler:
             )
             events.append(event)
             if decision.add:
+                for job_id in decision.details.get("for", []):
+                    self.control.scale_ups[job_id] = {
+                        "pool": decision.pool,
+                        "reason": decision.code.value,
+                        "ordered_at": now,
+                        "startup_seconds": self._pools[decision.pool].startup_seconds,
+                    }
                 for _ in range(decision.add):
                     name = self._next_name(decision.pool, known)
                     known.add(name)
