@@ -210,3 +210,17 @@ def test_restart_reattaches_what_runs_and_requeues_what_was_lost(tmp_path: Path)
     restarted.tick()
     assert restarted.jobs["a"].state is JobState.RUNNING
     assert restarted.jobs["b"].state is JobState.ADMITTED and restarted.jobs["b"].attempts == 2
+
+
+def test_work_the_engine_lost_or_never_started_is_requeued(tmp_path: Path) -> None:
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock)
+    cp.submit(job("vanished"))
+    cp.submit(job("stuck", submit=1001))
+    cp.tick()
+    del engine.phase["vanished"]
+    clock.now += 5 + 301
+    cp.tick()
+    reasons = {j: [e.reason for e in cp.store.events(subject=j)] for j in ("vanished", "stuck")}
+    assert reasons["vanished"][2] == "lost" and reasons["stuck"][2] == "start_timeout"
+    assert cp.jobs["stuck"].attempts == 2, "placed again in the same tick"

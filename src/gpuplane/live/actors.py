@@ -152,6 +152,10 @@ class ServiceReplica:
             return asyncio.run(result)  # type: ignore[arg-type]
         return result
 
+    def poll(self) -> int | None:
+        """Always None while the replica's process lives (a dead actor fails the call instead)."""
+        return None
+
     def stop(self) -> None:
         """Stop serving (requests in flight finish)."""
         if self._server is not None:

@@ -14,6 +14,7 @@ as a tick's bookkeeping; slow engine calls happen outside it.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,10 @@ from gpuplane.scheduler.explain import explain_dict
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.resolve import InvalidWorkload, resolve
 
+log = logging.getLogger("gpuplane.live")
 CHECKPOINT_REFRESH_S = 5.0
+START_TIMEOUT_S = 300.0
+"""An admitted job whose pods have not all started this long after its victims' grace period is requeued."""
 
 
 class SubmitError(ValueError):
@@ -216,7 +220,14 @@ class ControlPlane:
         for job_id in signals:
             self.engine.signal_stop(job_id)
         for job in starts:
-            self.engine.start(job, self.grace_s)
+            try:
+                self.engine.start(job, self.grace_s)
+            except Exception as exc:
+                log.warning("starting %s failed: %s", job.id, exc)
+                with self.lock:
+                    failed: list[EventRecord] = []
+                    self._requeue(job, self.clock(), failed, "start_failed", {"error": str(exc)[:300]})
+                    self.store.save_jobs([job], failed)
         self.last_tick = report
         if self.metrics is not None:
             self._observe_metrics(report, nodes)
@@ -267,6 +278,19 @@ class ControlPlane:
                     else:
                         self._requeue(job, now, events, "requeued_after_preemption", details)
                     changed[job.id] = job
+        for job in self.jobs.values():
+            if job.state.holds_gpus and job.id not in statuses:
+                self._requeue(job, now, events, "lost", {"message": "the engine does not run it"})
+                stops.append(job.id)
+                changed[job.id] = job
+            elif (
+                job.state is JobState.ADMITTED
+                and job.admitted_time is not None
+                and now - job.admitted_time > self.grace_s + START_TIMEOUT_S
+            ):
+                self._requeue(job, now, events, "start_timeout", {"waited_s": round(now - job.admitted_time, 1)})
+                stops.append(job.id)
+                changed[job.id] = job
         for job in self.jobs.values():
             if job.state in (JobState.PREEMPTING, JobState.CANCELLING) and job.id not in statuses:
                 if job.state is JobState.CANCELLING:

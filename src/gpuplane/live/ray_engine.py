@@ -227,9 +227,6 @@ class RayEngine:
                     run.lost = f"pod failed to start: {_short(exc)}"
                     out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
                     continue
-            if run.service:
-                out[run.job_id] = RunStatus(RunPhase.RUNNING, info=run.info)
-                continue
             for rank, actor in enumerate(run.actors):
                 polls.append((run, rank, actor.poll.remote()))
         if polls:
