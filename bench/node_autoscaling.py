@@ -41,6 +41,11 @@ def main() -> int:
     parser.add_argument("--max-gpus", type=int, default=1000)
     parser.add_argument("--policy", default=str(POLICY))
     parser.add_argument("--limit", type=int, help="only the first N jobs of the trace")
+    parser.add_argument(
+        "--scheduler",
+        default="gpuplane",
+        help="the scheduling policy both clusters run (gpuplane, fifo-quota, ...; default gpuplane)",
+    )
     args = parser.parse_args()
     if not PHILLY.exists():
         print(f"skipped: {PHILLY} not found")
@@ -50,16 +55,16 @@ def main() -> int:
         trace = trace.head(args.limit)
     policy = load_policy(args.policy)
     started = time.perf_counter()
-    scaled = compare(policy, trace, Options(policies=("gpuplane",), gpus=args.max_gpus, autoscale_nodes=True))
+    scaled = compare(policy, trace, Options(policies=(args.scheduler,), gpus=args.max_gpus, autoscale_nodes=True))
     scaled_wall = time.perf_counter() - started
-    s = scaled.summaries["gpuplane"]
+    s = scaled.summaries[args.scheduler]
     hours = s["makespan_s"] / 3600
     node = max(p.gpus_per_node for p in policy.pools)
     fixed_gpus = max(node, round(s["capacity"]["provisioned_gpu_hours"] / hours / node) * node)
     started = time.perf_counter()
-    fixed = compare(policy, trace, Options(policies=("gpuplane",), gpus=fixed_gpus))
+    fixed = compare(policy, trace, Options(policies=(args.scheduler,), gpus=fixed_gpus))
     fixed_wall = time.perf_counter() - started
-    f = fixed.summaries["gpuplane"]
+    f = fixed.summaries[args.scheduler]
     print(f"Philly, {len(trace.jobs):,} jobs over {hours / 24:.1f} days")
     for name, summary, wall, size in (
         ("autoscaled", s, scaled_wall, f"up to {scaled.cluster.gpus:,} GPUs"),

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpuplane.cli import main
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.server import LivePlane, ServeOptions
 from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, ServerThread, wait_for
@@ -171,6 +172,10 @@ def test_spot_pool_scales_up_for_checkpointed_batch_and_back_down(api: str, plan
         60,
         "the empty spot node to be released",
     )
+    node_events = c.get("/v1/events", params={"subject": "spot-0000"}).json()
+    ordered = next(e["time"] for e in node_events if e["reason"] == "ordered")
+    ready = next(e["time"] for e in node_events if e["reason"] == "ready")
+    assert ready - ordered >= 2.0, "the pool's startup_seconds is honoured"
     pools = {p["name"]: p for p in c.get("/v1/pools").json()}
     wait_for(
         lambda: {p["name"]: p for p in c.get("/v1/pools").json()}["spot"]["nodes_ready"] == 0 or None, 30, "spot empty"
@@ -207,12 +212,45 @@ def test_inference_service_scales_with_real_http_load(api: str) -> None:
             t.join()
     assert answered.count(200) > 50 and answered.count(200) >= 0.95 * len(answered), answered
     wait_for(lambda: c.get("/v1/services/echo").json()["ready_urls"] == 1 or None, 60, "replicas to scale back down")
+    pinned = c.put("/v1/services/echo/scale", json={"replicas": 2}).json()
+    assert pinned["manual_replicas"] == 2
+    wait_for(lambda: c.get("/v1/services/echo").json()["ready_urls"] == 2 or None, 60, "the pinned replica count")
+    c.put("/v1/services/echo/scale", json={"replicas": None})
+    wait_for(lambda: c.get("/v1/services/echo").json()["ready_urls"] == 1 or None, 60, "the autoscaler's count again")
+    assert c.put("/v1/services/echo/scale", json={"replicas": -1}).status_code == 422
+    assert client(api, "research").get("/v1/services/echo").status_code == 404
     reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": "echo"}).json()]
     assert "scale_up" in reasons or "panic" in reasons
     metrics = httpx.get(f"{api}/metrics").text
     assert 'gpuplane_inference_requests_total{code="200",service="echo"}' in metrics
     assert c.delete("/v1/services/echo").status_code == 202
     wait_for(lambda: c.get("/v1/services").json() == [] or None, 60, "the service to be deleted")
+
+
+def test_queues_show_quota_usage_to_their_team_and_openapi_is_served(api: str) -> None:
+    queues = client(api, "research").get("/v1/queues").json()
+    assert [q["queue"] for q in queues] == ["research"]
+    assert queues[0]["quotas"]["a100-80gb"]["nominal"] == 8 and "used" in queues[0]["quotas"]["a100-80gb"]
+    assert len(client(api, "admin").get("/v1/queues").json()) == 3
+    spec = httpx.get(f"{api}/openapi.json").json()
+    assert {"/v1/jobs", "/v1/jobs/{job_id}/why", "/v1/services/{name}/scale"} <= set(spec["paths"])
+
+
+def test_cli_submits_lists_explains_shows_logs_and_cancels(api: str, capsys: pytest.CaptureFixture[str]) -> None:
+    auth = ["--url", api, "--token", TOKENS["product"]]
+    assert (
+        main(["submit", *auth, "--name", "cli", "--gpus", "1", "--", sys.executable, "-c", "print('hello from cli')"])
+        == 0
+    )
+    job_id = capsys.readouterr().out.split()[0]
+    c = client(api, "product")
+    wait_for(lambda: reached(c, job_id, "succeeded"), 60, "the CLI job")
+    assert main(["jobs", *auth]) == 0 and job_id in capsys.readouterr().out
+    assert main(["why", *auth, job_id]) == 0 and "succeeded" in capsys.readouterr().out
+    assert main(["logs", *auth, job_id]) == 0 and "hello from cli" in capsys.readouterr().out
+    assert main(["cancel", *auth, job_id]) == 0 and "succeeded" in capsys.readouterr().out
+    assert main(["jobs", "--url", api, "--token", "nope"]) == 2
+    assert "401" in capsys.readouterr().err
 
 
 def test_metrics_follow_prometheus_conventions(api: str) -> None:
