@@ -4,8 +4,8 @@ asserted).
 1. The shipped Philly policy with the node autoscaler: the pool may grow to ``--max-gpus`` and starts at
    its ``min_nodes``; nodes boot in the pool's ``startup_seconds`` and cost from the moment they are
    ordered.
-2. A fixed cluster with as many GPUs as the autoscaled run paid for on average (same GPU-hours, so the
-   same cost), rounded to whole nodes.
+2. A fixed cluster with as many GPUs as the autoscaled run paid for on average (the same cost per hour),
+   rounded to whole nodes. It pays for longer when it needs longer to drain its queue.
 
 Target: pending-GPU time (GPU-hours asked by waiting jobs) and idle GPU-hours (paid for, not allocated)
 both lower with the autoscaler.
@@ -71,8 +71,10 @@ def main() -> int:
         ("fixed", f, fixed_wall, f"{fixed.cluster.gpus:,} GPUs"),
     ):
         c = summary["capacity"]
+        span_h = summary["makespan_s"] / 3600
         print(
-            f"{name:10s} {size:18s} paid {c['provisioned_gpu_hours']:>10,.0f} GPU-h (cost {c['provisioned_cost']:,.0f})"
+            f"{name:10s} {size:18s} paid {c['provisioned_gpu_hours']:>10,.0f} GPU-h (cost {c['provisioned_cost']:,.0f};"
+            f" {c['provisioned_gpu_hours'] / span_h:,.0f} GPUs on average over {span_h / 24:.1f} days)"
             f"  idle {c['idle_gpu_hours']:>10,.0f} GPU-h  pending {c['pending_gpu_hours']:>11,.0f} GPU-h"
             f"  avg JCT {summary['avg_jct_s'] / 3600:6.2f} h  ({wall:.0f} s)"
         )

@@ -227,6 +227,58 @@ def test_inference_service_scales_with_real_http_load(api: str) -> None:
     wait_for(lambda: c.get("/v1/services").json() == [] or None, 60, "the service to be deleted")
 
 
+def test_canary_revision_is_promoted_when_healthy_and_rolled_back_when_slow(api: str) -> None:
+    c = client(api, "serving")
+    assert c.post("/v1/services", json={"name": "echo", "options": {"service_ms": 5}}).status_code == 201
+    c.put("/v1/services/echo/scale", json={"replicas": 2})
+    wait_for(lambda: c.get("/v1/services/echo").json()["ready_urls"] >= 2 or None, 60, "two stable replicas")
+    stop = threading.Event()
+
+    def load() -> None:
+        with client(api, "serving") as own:
+            while not stop.is_set():
+                own.post("/v1/services/echo/infer", json={"input": "x"})
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        good = c.post(
+            "/v1/services/echo/canary", json={"handler": "gpuplane.live.actors:echo", "options": {"service_ms": 6}}
+        )
+        assert good.status_code == 201 and good.json()["canary"]["revision"] == 2
+        assert c.post("/v1/services/echo/canary", json={"handler": "gpuplane.live.actors:echo"}).status_code == 409
+        promoted = wait_for(
+            lambda: (v := c.get("/v1/services/echo").json())["canary"] is None and v, 90, "the canary to finish"
+        )
+        assert promoted["revision"] == 2 and promoted["spec"]["name"] == "echo"
+
+        def serving_revisions() -> set[str]:
+            jobs = c.get("/v1/jobs", params={"state": "running"}).json()
+            return {j["name"].split("revision ")[1].rstrip(")") for j in jobs if j["service"] == "echo"}
+
+        wait_for(lambda: serving_revisions() == {"2"} or None, 60, "only revision 2 replicas to serve")
+        slow = c.post(
+            "/v1/services/echo/canary", json={"handler": "gpuplane.live.actors:echo", "options": {"service_ms": 400}}
+        )
+        assert slow.json()["canary"]["revision"] == 3
+        after = wait_for(
+            lambda: (v := c.get("/v1/services/echo").json())["canary"] is None and v, 90, "the slow canary to end"
+        )
+        assert after["revision"] == 2, "the slow revision was rolled back, revision 2 still serves"
+        wait_for(lambda: serving_revisions() == {"2"} or None, 60, "the slow replicas to be stopped")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": "echo", "limit": 5000}).json()]
+    assert "canary_advanced" in reasons and "canary_promoted" in reasons
+    assert "canary_rolled_back_slo" in reasons or "canary_rolled_back_worse_than_stable" in reasons
+    assert c.delete("/v1/services/echo").status_code == 202
+    wait_for(lambda: c.get("/v1/services").json() == [] or None, 60, "the service to be deleted")
+
+
 def test_queues_show_quota_usage_to_their_team_and_openapi_is_served(api: str) -> None:
     queues = client(api, "research").get("/v1/queues").json()
     assert [q["queue"] for q in queues] == ["research"]

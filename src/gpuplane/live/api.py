@@ -45,6 +45,14 @@ class JobRequest(BaseModel):
     idempotency_key: str | None = Field(None, min_length=1, max_length=128)
 
 
+class CanaryRequest(BaseModel):
+    """A new revision of a service to roll out as a canary: its handler and options."""
+
+    model_config = ConfigDict(extra="forbid")
+    handler: str = Field(min_length=3)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class ScaleRequest(BaseModel):
     """Pin a service's replica count (``replicas``), or hand it back to the autoscaler (null)."""
 
@@ -263,6 +271,22 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
     def scale(name: str, req: ScaleRequest, who: Who) -> dict[str, Any]:
         own_service(name, who)
         return services.pin(name, req.replicas)
+
+    @app.post("/v1/services/{name}/canary", status_code=201)
+    def start_canary(name: str, req: CanaryRequest, who: Who) -> dict[str, Any]:
+        own_service(name, who)
+        try:
+            return services.start_canary(name, req.handler, req.options)
+        except ServiceError as exc:
+            raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
+
+    @app.delete("/v1/services/{name}/canary")
+    def abort_canary(name: str, who: Who) -> dict[str, Any]:
+        own_service(name, who)
+        try:
+            return services.abort_canary(name)
+        except ServiceError as exc:
+            raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
 
     @app.delete("/v1/services/{name}", status_code=202)
     def delete_service(name: str, who: Who) -> dict[str, Any]:

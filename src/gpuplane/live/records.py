@@ -90,6 +90,10 @@ class ServiceRecord:
     desired_replicas: int = 1
     manual_replicas: int | None = None
     reason: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    revision: int = 1
+    canary: dict[str, Any] | None = None
+    """The canary revision while one runs: revision, handler, options, started, step, weight, last reason."""
 
 
 @dataclass(slots=True)

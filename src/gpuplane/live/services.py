@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from gpuplane.autoscale.canary import CanaryJudge, CanaryPhase, RevisionWindow, split_replicas
 from gpuplane.autoscale.replicas import ReplicaAutoscaler, ServiceSignals
 from gpuplane.live.control import ControlPlane, SubmitError
 from gpuplane.live.metrics import Metrics
@@ -29,6 +30,7 @@ from gpuplane.policy.schema_serving import ServiceSpec
 from gpuplane.policy.validate import check_policy
 
 DEFAULT_HANDLER = "gpuplane.live.actors:echo"
+REVISION_ENV = "GPUPLANE_REVISION"
 WINDOW_S = 10.0
 
 
@@ -46,6 +48,9 @@ class _Window:
     arrivals: deque[float] = field(default_factory=deque)
     latencies: deque[tuple[float, float]] = field(default_factory=deque)
     in_flight: dict[str, int] = field(default_factory=dict)
+    canary_credit: float = 0.0
+    revisions: dict[int, list[int]] = field(default_factory=dict)
+    """Per revision, [requests, within the latency SLO] since the canary's current step began."""
 
 
 class Gateway:
@@ -59,6 +64,10 @@ class Gateway:
         self._client: httpx.AsyncClient | None = None
         self.urls: dict[str, dict[str, str]] = {}
         """Per service, the ready replicas' URLs by replica id (refreshed every tick)."""
+        self.revision_of: dict[str, int] = {}
+        self.canary: dict[str, tuple[int, float, float]] = {}
+        """Per service with a canary: its revision, its traffic share, the SLO latency in seconds."""
+        self.slo_s: dict[str, float] = {}
 
     def _window(self, service: str) -> _Window:
         with self._lock:
@@ -73,7 +82,17 @@ class Gateway:
         if not replicas:
             self._metrics.inference_requests.labels(service, "503").inc()
             return 503, json.dumps({"detail": f"service '{service}' has no ready replica yet"}).encode()
-        replica = min(replicas, key=lambda r: window.in_flight.get(r, 0))
+        candidates = list(replicas)
+        canary = self.canary.get(service)
+        if canary is not None:
+            revision, share, _ = canary
+            window.canary_credit += share
+            to_canary = window.canary_credit >= 1.0
+            if to_canary:
+                window.canary_credit -= 1.0
+            chosen = [r for r in candidates if (self.revision_of.get(r) == revision) == to_canary]
+            candidates = chosen or candidates
+        replica = min(candidates, key=lambda r: window.in_flight.get(r, 0))
         window.in_flight[replica] = window.in_flight.get(replica, 0) + 1
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=512))
@@ -86,6 +105,9 @@ class Gateway:
             window.in_flight[replica] -= 1
         elapsed = time.monotonic() - started
         window.latencies.append((time.monotonic(), elapsed))
+        counts = window.revisions.setdefault(self.revision_of.get(replica, 0), [0, 0])
+        counts[0] += 1
+        counts[1] += int(status == 200 and elapsed <= self.slo_s.get(service, float("inf")))
         self._metrics.inference_requests.labels(service, str(status)).inc()
         self._metrics.inference_latency.labels(service).observe(elapsed)
         return status, payload
@@ -103,6 +125,15 @@ class Gateway:
         latency = latencies[min(len(latencies) - 1, int(len(latencies) * percentile / 100.0))] if latencies else None
         return rps, latency, sum(window.in_flight.values())
 
+    def revision_window(self, service: str, revision: int) -> RevisionWindow:
+        """Requests of ``revision`` since the last reset, and how many met the SLO latency."""
+        requests, within = self._window(service).revisions.get(revision, [0, 0])
+        return RevisionWindow(requests, within)
+
+    def reset_revisions(self, service: str) -> None:
+        """Start counting every revision afresh (a new canary step)."""
+        self._window(service).revisions.clear()
+
     async def close(self) -> None:
         """Close the connections to the replicas."""
         if self._client is not None:
@@ -119,6 +150,7 @@ class ServiceManager:
         self.services: dict[str, ServiceRecord] = {}
         self._specs: dict[str, ServiceSpec] = {}
         self._scalers: dict[str, ReplicaAutoscaler] = {}
+        self._judges: dict[str, CanaryJudge] = {}
         self._lock = threading.Lock()
 
     def recover(self) -> int:
@@ -179,7 +211,7 @@ class ServiceManager:
                 created_time=now,
                 desired_replicas=spec.autoscaling.min_replicas,
             )
-            record.reason = {"options": options}
+            record.options = options
             self.control.store.save_service(
                 record, EventRecord(0, now, "service", spec.name, spec.team, "deployed", {"handler": handler})
             )
@@ -227,6 +259,8 @@ class ServiceManager:
                     if url:
                         urls[job.id] = url
             self.gateway.urls[name] = urls
+            for job in replicas:
+                self.gateway.revision_of[job.id] = _revision(job)
             ready = len(urls)
             starting = sum(1 for j in replicas if j.state in (JobState.PENDING, JobState.ADMITTED)) + sum(
                 1 for j in replicas if j.state is JobState.RUNNING and j.id not in urls
@@ -260,7 +294,7 @@ class ServiceManager:
             live = [j for j in replicas if j.state is not JobState.CANCELLING]
             if desired != service.desired_replicas:
                 service.desired_replicas = desired
-                service.reason = {**service.reason, "reason": decision.code.value, "details": _plain(decision.details)}
+                service.reason = {"reason": decision.code.value, "details": _plain(decision.details)}
                 self.control.store.save_service(
                     service,
                     EventRecord(
@@ -273,34 +307,148 @@ class ServiceManager:
                         {"from": len(live), "to": desired, "rps": round(rps, 3), "latency_s": latency},
                     ),
                 )
-            if desired > len(live):
-                for _ in range(desired - len(live)):
-                    self._add_replica(service, spec, now)
-            elif desired < len(live):
-                order = sorted(live, key=lambda j: (j.state is JobState.RUNNING, j.submit_time), reverse=False)
-                for job in order[: len(live) - desired]:
+            self._judge_canary(service, spec, now)
+            targets = {service.revision: desired}
+            if service.canary is not None:
+                stable, canary = split_replicas(desired, float(service.canary["weight"]))
+                targets = {service.revision: stable, int(service.canary["revision"]): canary}
+            for revision, target in targets.items():
+                mine = [j for j in live if _revision(j) == revision]
+                if target > len(mine):
+                    for _ in range(target - len(mine)):
+                        self._add_replica(service, spec, now, revision)
+                elif target < len(mine):
+                    order = sorted(mine, key=lambda j: (j.state is JobState.RUNNING, j.submit_time))
+                    for job in order[: len(mine) - target]:
+                        self.control.cancel(job.id)
+            for job in live:
+                if _revision(job) not in targets:
                     self.control.cancel(job.id)
 
-    def _add_replica(self, service: ServiceRecord, spec: ServiceSpec, now: float) -> None:
-        options = service.reason.get("options", {})
+    def start_canary(self, name: str, handler: str, options: dict[str, Any]) -> dict[str, Any]:
+        """Start a canary revision of ``name`` running ``handler`` (409 while another canary runs)."""
+        from gpuplane.live.actors import load_handler
+
+        try:
+            load_handler(handler)
+        except ValueError as exc:
+            raise ServiceError("handler", str(exc)) from exc
+        with self._lock:
+            service = self.services[name]
+            if service.canary is not None:
+                raise ServiceError("canary", f"revision {service.canary['revision']} is still being rolled out", 409)
+            now = self.control.clock()
+            revision = max(service.revision, *(_revision(j) for j in self.replicas(name))) + 1
+            spec = self._specs[name]
+            service.canary = {
+                "revision": revision,
+                "handler": handler,
+                "options": options,
+                "started": now,
+                "step": 1,
+                "weight": spec.canary.steps[0],
+                "reason": "canary_step_started",
+            }
+            self._judges[name] = CanaryJudge(spec, now)
+            self.gateway.reset_revisions(name)
+            self.control.store.save_service(
+                service,
+                EventRecord(
+                    0, now, "service", name, service.team, "canary_started", {"revision": revision, "handler": handler}
+                ),
+            )
+        self.control.wake.set()
+        return self.view(name)
+
+    def abort_canary(self, name: str) -> dict[str, Any]:
+        """Roll the running canary back by hand."""
+        with self._lock:
+            service = self.services[name]
+            if service.canary is None:
+                raise ServiceError("canary", "no canary is running", 404)
+            self._finish_canary(service, CanaryPhase.ROLLED_BACK, "canary_aborted", {}, self.control.clock())
+        return self.view(name)
+
+    def _judge_canary(self, service: ServiceRecord, spec: ServiceSpec, now: float) -> None:
+        canary = service.canary
+        self.gateway.slo_s[service.name] = spec.slo.latency_ms / 1000.0
+        if canary is None:
+            self.gateway.canary.pop(service.name, None)
+            return
+        revision = int(canary["revision"])
+        judge = self._judges.get(service.name)
+        if judge is None:
+            judge = CanaryJudge(spec, float(canary["started"]))
+            self._judges[service.name] = judge
+        decision = judge.decide(
+            now,
+            self.gateway.revision_window(service.name, service.revision),
+            self.gateway.revision_window(service.name, revision),
+        )
+        if decision.phase is not CanaryPhase.PROGRESSING:
+            self._finish_canary(service, decision.phase, decision.code.value, decision.details, now)
+            return
+        if decision.new_step:
+            self.gateway.reset_revisions(service.name)
+            canary.update(step=judge.step + 1, weight=decision.weight, reason=decision.code.value)
+            self.control.store.save_service(
+                service,
+                EventRecord(
+                    0, now, "service", service.name, service.team, decision.code.value, _plain(decision.details)
+                ),
+            )
+        canary["reason"] = decision.code.value
+        canary["last"] = _plain(decision.details)
+        self.gateway.canary[service.name] = (revision, float(canary["weight"]), spec.slo.latency_ms / 1000.0)
+
+    def _finish_canary(
+        self, service: ServiceRecord, phase: CanaryPhase, code: str, details: dict[str, Any], now: float
+    ) -> None:
+        canary = service.canary
+        assert canary is not None
+        if phase is CanaryPhase.PROMOTED:
+            service.revision = int(canary["revision"])
+            service.handler = str(canary["handler"])
+            service.options = dict(canary["options"])
+        service.canary = None
+        self._judges.pop(service.name, None)
+        self.gateway.canary.pop(service.name, None)
+        self.gateway.reset_revisions(service.name)
+        self.control.store.save_service(
+            service,
+            EventRecord(
+                0,
+                now,
+                "service",
+                service.name,
+                service.team,
+                code,
+                {**_plain(details), "revision": canary["revision"], "stable_revision": service.revision},
+            ),
+        )
+
+    def _add_replica(self, service: ServiceRecord, spec: ServiceSpec, now: float, revision: int) -> None:
+        canary = service.canary if service.canary is not None and int(service.canary["revision"]) == revision else None
+        handler = str(canary["handler"]) if canary is not None else service.handler
+        options = dict(canary["options"]) if canary is not None else service.options
         job = JobRecord(
             id=f"{service.name}-{self.control.new_id()}",
             team=service.team,
-            name=f"{service.name} replica",
+            name=f"{service.name} replica (revision {revision})",
             klass="inference",
-            entrypoint=[service.handler],
+            entrypoint=[handler],
             pods=1,
             gpus_per_pod=0 if spec.mig_profile else spec.gpus_per_replica,
             mig_profile=spec.mig_profile,
             submit_time=now,
             priority=spec.priority,
-            env={OPTIONS_ENV: json.dumps(options)},
+            env={OPTIONS_ENV: json.dumps(options), REVISION_ENV: str(revision)},
             service=service.name,
         )
         try:
             self.control.submit(job)
         except SubmitError as exc:
-            service.reason = {**service.reason, "reason": "replica_rejected", "details": {"problem": str(exc)}}
+            service.reason = {"reason": "replica_rejected", "details": {"problem": str(exc)}}
 
     def view(self, name: str) -> dict[str, Any]:
         """The JSON a client sees for a service."""
@@ -317,13 +465,19 @@ class ServiceManager:
             "manual_replicas": service.manual_replicas,
             "replicas": {s.value: sum(1 for j in replicas if j.state is s) for s in JobState if not s.finished},
             "ready_urls": len(self.gateway.urls.get(name, {})),
-            "reason": {k: v for k, v in service.reason.items() if k != "options"},
+            "reason": service.reason,
+            "revision": service.revision,
+            "canary": service.canary,
             "spec": service.spec,
         }
 
     def views(self) -> list[dict[str, Any]]:
         """Every service's view."""
         return [self.view(name) for name in list(self.services)]
+
+
+def _revision(job: JobRecord) -> int:
+    return int(job.env.get(REVISION_ENV, "1"))
 
 
 def _plain(value: Any) -> Any:

@@ -7,9 +7,10 @@ is documented in docs/policy.md.
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gpuplane.policy.schema_base import Name, _Spec
 
@@ -62,6 +63,20 @@ class SloSpec(_Spec):
     attainment: float = Field(0.999, gt=0, lt=1)
 
 
+class CanarySpec(_Spec):
+    steps: list[float] = Field(default_factory=lambda: [0.1, 0.25, 0.5], min_length=1)
+    step_s: float = Field(60.0, gt=0)
+    min_requests: int = Field(100, ge=1)
+    tolerance: float = Field(0.005, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _increasing(self) -> CanarySpec:
+        steps = self.steps
+        if any(not 0 < w < 1 for w in steps) or any(b <= a for a, b in itertools.pairwise(steps)):
+            raise ValueError("steps must be increasing traffic shares strictly between 0 and 1, e.g. [0.1, 0.25, 0.5]")
+        return self
+
+
 class ServiceSpec(_Spec):
     name: Name
     team: Name
@@ -73,6 +88,7 @@ class ServiceSpec(_Spec):
     autoscaling: ReplicaAutoscalingSpec
     image: str | None = None
     port: int = Field(8000, ge=1, le=65535)
+    canary: CanarySpec = Field(default_factory=CanarySpec)
 
 
 class PendingJobsAlert(_Spec):
