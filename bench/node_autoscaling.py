@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.sim.readers import read_trace
@@ -33,6 +34,19 @@ POLICY = ROOT / "src" / "gpuplane" / "examples" / "philly.yaml"
 def verdict(ok: bool) -> str:
     """PASS/FAIL as printed next to each target."""
     return "PASS" if ok else "FAIL"
+
+
+def line(name: str, summary: dict[str, Any], wall: float, size: str) -> None:
+    """One run's capacity figures."""
+    c = summary["capacity"]
+    span_h = summary["makespan_s"] / 3600
+    print(
+        f"{name:10s} {size:18s} paid {c['provisioned_gpu_hours']:>10,.0f} GPU-h (cost {c['provisioned_cost']:,.0f};"
+        f" {c['provisioned_gpu_hours'] / span_h:,.0f} GPUs on average over {span_h / 24:.1f} days)"
+        f"  idle {c['idle_gpu_hours']:>10,.0f} GPU-h  pending {c['pending_gpu_hours']:>11,.0f} GPU-h"
+        f"  avg JCT {summary['avg_jct_s'] / 3600:6.2f} h  ({wall:.0f} s)",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -59,28 +73,20 @@ def main() -> int:
     scaled_wall = time.perf_counter() - started
     s = scaled.summaries[args.scheduler]
     hours = s["makespan_s"] / 3600
+    print(f"Philly, {len(trace.jobs):,} jobs over {hours / 24:.1f} days, scheduler {args.scheduler}")
+    line("autoscaled", s, scaled_wall, f"up to {scaled.cluster.gpus:,} GPUs")
     node = max(p.gpus_per_node for p in policy.pools)
     fixed_gpus = max(node, round(s["capacity"]["provisioned_gpu_hours"] / hours / node) * node)
+    print(f"fixed cluster of equal cost per hour: {fixed_gpus:,} GPUs (running...)", flush=True)
     started = time.perf_counter()
     fixed = compare(policy, trace, Options(policies=(args.scheduler,), gpus=fixed_gpus))
-    fixed_wall = time.perf_counter() - started
     f = fixed.summaries[args.scheduler]
-    print(f"Philly, {len(trace.jobs):,} jobs over {hours / 24:.1f} days")
-    for name, summary, wall, size in (
-        ("autoscaled", s, scaled_wall, f"up to {scaled.cluster.gpus:,} GPUs"),
-        ("fixed", f, fixed_wall, f"{fixed.cluster.gpus:,} GPUs"),
-    ):
-        c = summary["capacity"]
-        span_h = summary["makespan_s"] / 3600
-        print(
-            f"{name:10s} {size:18s} paid {c['provisioned_gpu_hours']:>10,.0f} GPU-h (cost {c['provisioned_cost']:,.0f};"
-            f" {c['provisioned_gpu_hours'] / span_h:,.0f} GPUs on average over {span_h / 24:.1f} days)"
-            f"  idle {c['idle_gpu_hours']:>10,.0f} GPU-h  pending {c['pending_gpu_hours']:>11,.0f} GPU-h"
-            f"  avg JCT {summary['avg_jct_s'] / 3600:6.2f} h  ({wall:.0f} s)"
-        )
+    line("fixed", f, time.perf_counter() - started, f"{fixed.cluster.gpus:,} GPUs")
     scaling = s["capacity"]["node_autoscaling"]
     print(
-        f"node autoscaler: {scaling['nodes_added']:,} nodes added, {scaling['nodes_removed']:,} removed; "
+        f"node autoscaler: {scaling['nodes_added']:,} nodes added, {scaling['nodes_removed']:,} removed "
+        f"({scaling['nodes_consolidated']:,} by consolidation, moving {scaling['jobs_moved_by_consolidation']:,} jobs "
+        f"and losing {scaling['gpu_hours_lost_to_consolidation']:,.0f} GPU-h since their checkpoints); "
         f"decisions {scaling['decisions']}"
     )
     sc, fc = s["capacity"], f["capacity"]

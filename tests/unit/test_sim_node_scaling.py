@@ -61,3 +61,36 @@ def test_busy_trace_is_served_with_less_idle_capacity_than_the_fixed_cluster():
     assert f["node_autoscaling"] is None
     assert abs(f["provisioned_gpu_hours"] * 3600 - fixed.end_time * 32) < 1e-6, "a fixed cluster pays every node"
     assert s["provisioned_cost"] == s["provisioned_gpu_hours"] * 2.0, "16 per node-hour of 8 GPUs"
+
+
+def test_an_under_used_node_is_consolidated_its_work_moved_and_the_node_released():
+    doc = {**SCALED, "pools": [{**SCALED["pools"][0], "scale_down": {"after_s": 300, "utilization_below": 0.5}}]}
+    tr = trace(
+        [
+            TraceJob("half", "a", 0.0, 20000.0, 4),
+            TraceJob("short", "a", 0.0, 3000.0, 6),
+            TraceJob("small", "a", 700.0, 20000.0, 2),
+        ]
+    )
+    result = run(tr, doc=doc)
+    check_conservation(result)
+    records = {r.job.id: r for r in result.records}
+    assert records["small"].preemptions == 1 and records["half"].preemptions == 0
+    scaling = summarize(result)["capacity"]["node_autoscaling"]
+    assert scaling["nodes_consolidated"] == 1 and scaling["jobs_moved_by_consolidation"] == 1
+    assert scaling["decisions"]["consolidate_underutilized"] >= 1
+    assert scaling["gpu_hours_lost_to_consolidation"] >= 0
+
+
+def test_without_consolidation_the_under_used_node_keeps_its_work():
+    doc = {**SCALED, "pools": [{**SCALED["pools"][0], "scale_down": {"after_s": 300, "utilization_below": 0}}]}
+    tr = trace(
+        [
+            TraceJob("half", "a", 0.0, 20000.0, 4),
+            TraceJob("short", "a", 0.0, 3000.0, 6),
+            TraceJob("small", "a", 700.0, 20000.0, 2),
+        ]
+    )
+    result = run(tr, doc=doc)
+    assert all(r.preemptions == 0 for r in result.records)
+    assert summarize(result)["capacity"]["node_autoscaling"]["nodes_consolidated"] == 0

@@ -225,6 +225,8 @@ class Simulation:
         self.job_events = 0
         self.interruptions = 0
         self.interrupted_lost_gpu_s = 0.0
+        self.consolidation_moves = 0
+        self.consolidation_lost_gpu_s = 0.0
         self.node_down_s = 0.0
         self.capacity_gpus = sum(n.gpus for n in nodes)
         self.scaler = NodeScaler(self.policy, nodes, self.state) if node_autoscaling else None
@@ -472,9 +474,15 @@ class Simulation:
     def _autoscale(self, now: float, total_jobs: int) -> None:
         """Plan the pools' nodes (``autoscale.nodes``) from the last cycle; order and release nodes."""
         assert self.scaler is not None
-        ordered, released = self.scaler.tick(now, self.last_decided, self._pending_workload)
+        ordered, released, drained = self.scaler.tick(now, self.last_decided, self._pending_workload)
         for name, ready_at in ordered:
             self._push(ready_at, Event.NODE_READY, name)
+        for wid in drained:
+            record = self.records[wid]
+            lost_before = record.lost_s
+            self._preempted(record, now)
+            self.consolidation_moves += 1
+            self.consolidation_lost_gpu_s += (record.lost_s - lost_before) * record.gpus
         if released:
             self._queue_cycle(now)
         if self.done < total_jobs:
@@ -494,6 +502,9 @@ class Simulation:
         return {
             "nodes_added": self.scaler.nodes_added,
             "nodes_removed": self.scaler.nodes_removed,
+            "nodes_consolidated": self.scaler.consolidated,
+            "jobs_moved_by_consolidation": self.consolidation_moves,
+            "gpu_hours_lost_to_consolidation": self.consolidation_lost_gpu_s / 3600,
             "decisions": dict(sorted(self.scaler.decisions.items())),
         }
 

@@ -5,8 +5,9 @@ The cluster the simulation is given is the pools at their largest (``max_nodes``
 ``min_nodes`` start unprovisioned (down in the scheduler's state). Every ``tick_s`` of virtual time the
 scaler reads the scheduler's state (what each node holds, what waits for capacity after the last cycle),
 asks ``plan_nodes`` and applies its decisions: new nodes serve after their pool's ``startup_seconds`` and
-cost from the moment they are ordered; empty nodes are released. Consolidation decisions (draining
-under-used nodes) are counted but not applied: the simulator releases only empty nodes.
+cost from the moment they are ordered; empty nodes are released; under-used nodes whose work is all movable
+are consolidated: their jobs stop (losing work since their last checkpoint, like any preemption) to be placed
+again on the pool's other nodes, and the node is released.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class NodeScaler:
         self.decisions: dict[str, int] = {}
         self.nodes_added = 0
         self.nodes_removed = 0
+        self.consolidated = 0
         kept: dict[str, int] = {}
         minimum = {p.name: p.min_nodes for p in policy.pools}
         for node in nodes:
@@ -144,20 +146,26 @@ class NodeScaler:
 
     def tick(
         self, now: float, decided: Iterable[Decision], workload_of: Callable[[str], Workload | None]
-    ) -> tuple[list[tuple[str, float]], list[str]]:
+    ) -> tuple[list[tuple[str, float]], list[str], list[str]]:
         """Plan at ``now`` from the last cycle's decisions (``workload_of`` finds a still-pending workload);
-        return the nodes ordered (with when they are ready) and the nodes released."""
+        return the nodes ordered (with when they are ready), the nodes released, and the workloads that ran on
+        consolidated nodes (the runtime requeues them: they lose work since their last checkpoint)."""
         booting: dict[str, int] = {}
         for name in self.booting:
             booting[self.pool_of[name]] = booting.get(self.pool_of[name], 0) + 1
         plan = plan_nodes(self.policy, self._node_states(now), booting, self._demand(decided, workload_of), now)
         ordered: list[tuple[str, float]] = []
         released: list[str] = []
+        drained: list[str] = []
         for decision in plan:
             self.decisions[decision.code.value] = self.decisions.get(decision.code.value, 0) + 1
             ordered += self._order(decision, now)
             released += self._release(decision)
-        return ordered, released
+            if decision.code is NodeReasonCode.CONSOLIDATE_UNDERUTILIZED:
+                for name in decision.remove:
+                    drained += self._drain(name)
+                    released.append(name)
+        return ordered, released, drained
 
     def _order(self, decision: NodeDecision, now: float) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -186,6 +194,18 @@ class NodeScaler:
             self.nodes_removed += 1
             out.append(name)
         return out
+
+    def _drain(self, name: str) -> list[str]:
+        """Consolidate node ``name``: its (movable) work stops to be placed again, and the node is released."""
+        moved = self.state.node_down(name)
+        self.ready.discard(name)
+        self._count(name, -1)
+        self.empty_since.pop(name, None)
+        self.below_since.pop(name, None)
+        self.spare[self.pool_of[name]].append(name)
+        self.nodes_removed += 1
+        self.consolidated += 1
+        return moved
 
     def booted(self, name: str) -> None:
         """A node finished booting: it serves from now on."""
