@@ -224,3 +224,89 @@ def test_work_the_engine_lost_or_never_started_is_requeued(tmp_path: Path) -> No
     reasons = {j: [e.reason for e in cp.store.events(subject=j)] for j in ("vanished", "stuck")}
     assert reasons["vanished"][2] == "lost" and reasons["stuck"][2] == "start_timeout"
     assert cp.jobs["stuck"].attempts == 2, "placed again in the same tick"
+
+
+def test_live_consolidation_moves_checkpointed_work_and_removes_the_emptied_node(tmp_path: Path) -> None:
+    import time
+
+    import yaml
+
+    from gpuplane.live.metrics import Metrics
+    from gpuplane.live.node_scaling import LiveNodeScaler
+    from gpuplane.policy import parse_policy
+
+    doc = yaml.safe_load(POLICY.read_text())
+    doc["pools"][0].update(min_nodes=1, scale_down={"after_s": 0, "utilization_below": 0.5})
+    policy = parse_policy(yaml.safe_dump(doc), "consolidate.yaml")
+
+    class ScalingNodes(FakeNodes):
+        def __init__(self) -> None:
+            super().__init__()
+            self.removed: list[str] = []
+
+        def can_scale(self) -> bool:
+            return True
+
+        def remove_node(self, name: str) -> None:
+            self.removed.append(name)
+            self.list = [n for n in self.list if n.name != name]
+
+    engine, clock, nodes = FakeEngine(), Clock(), ScalingNodes()
+    ids = (f"j{n}" for n in itertools.count())
+    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    cp = ControlPlane(policy, store, engine, nodes, clock, lambda: next(ids))
+    small = job("small", gpus=1)
+    small.checkpoint_interval_s = 60
+    cp.submit(small)
+    cp.submit(job("ends", gpus=3, submit=1001))
+    cp.submit(job("big", gpus=3, submit=1002))
+    cp.tick()
+    where = {j: cp.jobs[j].placement["pods"][0]["node"] for j in ("small", "ends", "big")}
+    assert where["small"] == where["ends"] != where["big"]
+    for j in ("small", "ends", "big"):
+        engine.phase[j] = RunStatus(RunPhase.RUNNING)
+    cp.tick()
+    engine.phase["ends"] = RunStatus(RunPhase.EXITED, exit_code=0)
+    cp.tick()
+    scaler = LiveNodeScaler(cp, nodes, Metrics(policy), clock)
+    events = scaler.tick()
+    assert "consolidate_underutilized" in [e.reason for e in events]
+    assert cp.jobs["small"].state is JobState.PREEMPTING and engine.signalled == ["small"]
+    assert cp.jobs["big"].state is JobState.RUNNING, "the busy node keeps its work"
+    engine.phase["small"] = RunStatus(RunPhase.EXITED, exit_code=0)
+    cp.tick()
+    assert cp.jobs["small"].state is JobState.ADMITTED
+    assert cp.jobs["small"].placement["pods"][0]["node"] == where["big"], "moved next to the other work"
+    scaler.tick()
+    deadline = time.monotonic() + 10
+    while not nodes.removed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert nodes.removed == [where["small"]]
+    reasons = [e.reason for e in store.events(subject="small")]
+    assert "moved_by_consolidation" in reasons and "requeued_after_preemption" in reasons
+
+
+def test_non_checkpointing_work_is_never_moved_by_consolidation(tmp_path: Path) -> None:
+    import yaml
+
+    from gpuplane.live.metrics import Metrics
+    from gpuplane.live.node_scaling import LiveNodeScaler
+    from gpuplane.policy import parse_policy
+
+    doc = yaml.safe_load(POLICY.read_text())
+    doc["pools"][0].update(min_nodes=1, scale_down={"after_s": 0, "utilization_below": 0.5})
+    policy = parse_policy(yaml.safe_dump(doc), "consolidate.yaml")
+    engine, clock = FakeEngine(), Clock()
+    ids = (f"j{n}" for n in itertools.count())
+    cp = ControlPlane(
+        policy, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"), engine, FakeNodes(), clock, lambda: next(ids)
+    )
+    cp.submit(job("small", gpus=1))
+    cp.submit(job("ends", gpus=3, submit=1001))
+    cp.submit(job("big", gpus=3, submit=1002))
+    cp.tick()
+    engine.phase["ends"] = RunStatus(RunPhase.EXITED, exit_code=0)
+    cp.tick()
+    events = LiveNodeScaler(cp, cp.node_provider, Metrics(policy), clock).tick()
+    assert "consolidate_underutilized" not in [e.reason for e in events]
+    assert cp.jobs["small"].state is JobState.ADMITTED

@@ -101,6 +101,8 @@ class ControlPlane:
         """Per pending job, the node order the node autoscaler placed for it (shown by ``why``)."""
         self.booting: dict[str, int] = {}
         """Nodes ordered and not yet joined, per pool (kept by the node autoscaler)."""
+        self.cordoned: set[str] = set()
+        """Nodes being drained: their work runs on, nothing new is placed there."""
 
     def recover(self) -> dict[str, int]:
         """Load every job from the store and reconcile it with what the engine still runs."""
@@ -175,6 +177,23 @@ class ControlPlane:
             self.store.save_jobs([job], events)
         self.wake.set()
         return job
+
+    def drain(self, job_id: str, reason: str, details: dict[str, Any]) -> None:
+        """Stop a job that holds GPUs so it is placed again elsewhere (consolidation): like a preemption, it is told
+        to checkpoint, stopped after the grace period, and requeued."""
+        now = self.clock()
+        with self.lock:
+            job = self.jobs[job_id]
+            if not job.state.holds_gpus:
+                return
+            started = job.state is JobState.RUNNING
+            job.state = JobState.PREEMPTING
+            job.stop_deadline = now + self.grace_s if started else now
+            job.reason = {"reason": reason, **details}
+            self.store.save_jobs([job], [self._event("job", job, reason, details)])
+        if started:
+            self.engine.signal_stop(job_id)
+        self.wake.set()
 
     def why(self, job_id: str) -> dict[str, Any]:
         """Why the job is where it is: the last cycle's decisions for pending work, the recorded reason otherwise."""
@@ -324,7 +343,8 @@ class ControlPlane:
                 running.append(to_running(job, self._workload(job)))
             elif job.state is JobState.PENDING:
                 pending.append(self._workload(job))
-        return ClusterSnapshot(now, [to_node(n) for n in alive.values()], running, pending)
+        nodes = [to_node(n, n.name not in self.cordoned) for n in alive.values()]
+        return ClusterSnapshot(now, nodes, running, pending)
 
     def _workload(self, job: JobRecord) -> Workload:
         workload = self._workloads.get(job.id)

@@ -56,9 +56,9 @@ def to_running(job: JobRecord, workload: Workload) -> RunningWorkload:
     return RunningWorkload(workload, placement_from_dict(job.placement), start, job.last_checkpoint_time)
 
 
-def to_node(node: RayNode) -> Node:
-    """A live Ray node as a scheduler node."""
-    return Node(name=node.name, pool=node.pool, gpus=node.gpus, domain=node.domain)
+def to_node(node: RayNode, schedulable: bool = True) -> Node:
+    """A live Ray node as a scheduler node (a cordoned one keeps its work but takes no new work)."""
+    return Node(name=node.name, pool=node.pool, gpus=node.gpus, domain=node.domain, schedulable=schedulable)
 
 
 def gpus_held(job: JobRecord) -> float:

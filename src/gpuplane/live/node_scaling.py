@@ -5,7 +5,9 @@ still booting, and the work the last scheduling cycle left waiting for capacity.
 pool's ``startup_seconds`` (the provider's own start time counts towards it; a real cloud node takes
 minutes, a local Ray worker about a second, so the rest is waited out); removed nodes are empty ones only.
 Every decision is an event with its reason and is counted in ``gpuplane_scale_events_total``.
-Consolidation decisions (draining under-used nodes) are recorded but not carried out.
+Consolidation drains an under-used node whose work is all preemptible and checkpointing: the node is
+cordoned (no new work), each job is told to checkpoint and is placed again elsewhere, and the node is removed
+once empty.
 """
 
 from __future__ import annotations
@@ -48,12 +50,18 @@ class LiveNodeScaler:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-nodes")
         self._pools = {p.name: p for p in control.policy.pools}
         self._unavailable: dict[str, float] = {}
+        self._removing: set[str] = set()
+        """Nodes whose removal was ordered (they may still be listed until their processes stop)."""
+        self._draining: dict[str, str] = {}
+        """Nodes being consolidated (cordoned, their work moving), by pool; removed once empty."""
         """Pools whose last node order failed, until when they are skipped (spot falls back to on-demand)."""
 
     def tick(self) -> list[EventRecord]:
         """Plan and start applying node changes; returns the decisions' events."""
         now = self.clock()
+        self._release_drained(now)
         view = [n for n in self.control.node_view() if n["alive"]]
+        movable = self._movable()
         states = []
         for node in view:
             name, pool = node["name"], node["pool"]
@@ -69,8 +77,17 @@ class LiveNodeScaler:
                 self._below_since.setdefault(name, now)
             else:
                 self._below_since.pop(name, None)
+            if name in self._draining or name in self._removing:
+                continue
             states.append(
-                NodeState(name, pool, allocated, False, self._empty_since.get(name), self._below_since.get(name))
+                NodeState(
+                    name,
+                    pool,
+                    allocated,
+                    movable.get(name, True),
+                    self._empty_since.get(name),
+                    self._below_since.get(name),
+                )
             )
         with self._lock:
             booting: dict[str, int] = {}
@@ -106,8 +123,73 @@ class LiveNodeScaler:
             if decision.remove and decision.code is NodeReasonCode.SCALE_DOWN_EMPTY:
                 for name in decision.remove:
                     self._release(decision.pool, name, decision.code, now)
+            if decision.remove and decision.code is NodeReasonCode.CONSOLIDATE_UNDERUTILIZED:
+                for name in decision.remove:
+                    self._consolidate(decision.pool, name, now)
         self.control.store.add_events(events)
         return events
+
+    def _jobs_on(self, name: str) -> list[str]:
+        with self.control.lock:
+            return [
+                job.id
+                for job in self.control.jobs.values()
+                if job.state.holds_gpus and job.placement and any(p["node"] == name for p in job.placement["pods"])
+            ]
+
+    def _movable(self) -> dict[str, bool]:
+        """Per node: whether all its work is preemptible and checkpoints (so it may be moved elsewhere)."""
+        out: dict[str, bool] = {}
+        with self.control.lock:
+            for job in self.control.jobs.values():
+                if not job.state.holds_gpus or not job.placement:
+                    continue
+                try:
+                    preemptible = resolve(self.control._workload(job), self.control.index).preemptible
+                except InvalidWorkload:
+                    preemptible = False
+                ok = preemptible and job.checkpoint_interval_s is not None and job.service is None
+                for pod in job.placement["pods"]:
+                    out[pod["node"]] = out.get(pod["node"], True) and ok
+        return out
+
+    def _consolidate(self, pool: str, name: str, now: float) -> None:
+        """Cordon ``name`` and move its work: each job checkpoints and is placed again; the node goes when empty."""
+        self._draining[name] = pool
+        self.control.cordoned.add(name)
+        for job_id in self._jobs_on(name):
+            self.control.drain(job_id, "moved_by_consolidation", {"node": name, "pool": pool})
+        self.metrics.scale_events.labels(pool, "down", NodeReasonCode.CONSOLIDATE_UNDERUTILIZED.value).inc()
+
+    def _release_drained(self, now: float) -> None:
+        for name, pool in list(self._draining.items()):
+            if self._jobs_on(name):
+                continue
+            del self._draining[name]
+            record = NodeRecord(
+                name,
+                pool,
+                self._pools[pool].gpus_per_node,
+                "removed",
+                now,
+                removed_time=now,
+                reason={"reason": NodeReasonCode.CONSOLIDATE_UNDERUTILIZED.value},
+            )
+            self.control.store.save_node(
+                record,
+                EventRecord(0, now, "node", name, None, "removed", {"pool": pool, "reason": record.reason["reason"]}),
+            )
+            self._empty_since.pop(name, None)
+            self._below_since.pop(name, None)
+            self._removing.add(name)
+            self._pool.submit(self._remove, name)
+
+    def _remove(self, name: str) -> None:
+        try:
+            self.provider.remove_node(name)
+        finally:
+            self.control.cordoned.discard(name)
+            self._removing.discard(name)
 
     def _demand(self) -> list[PendingDemand]:
         result = self.control.last_result
@@ -195,7 +277,8 @@ class LiveNodeScaler:
             record, EventRecord(0, now, "node", name, None, "removed", {"pool": pool, "reason": code.value})
         )
         self._empty_since.pop(name, None)
-        self._pool.submit(self.provider.remove_node, name)
+        self._removing.add(name)
+        self._pool.submit(self._remove, name)
 
     def close(self) -> None:
         """Stop applying changes (nodes still booting finish in the background)."""
