@@ -266,3 +266,26 @@ def test_protection_within_nominal_covers_a_queues_earliest_promoted_runs_up_to_
     run = running(everyone, node_list, starved)
     assert not cycle(everyone, node_list, [job("fresh", klass="batch", t=7000)], run, now=9000).preempted
 
+
+
+def test_min_runtime_spares_a_young_run_from_less_served_work_until_it_has_run_long_enough():
+    p = policy(
+        scheduling={
+            "service_levels": {"thresholds_gpu_hours": [1, 10]},
+            "preemption": {"min_runtime_s": 1800},
+        }
+    )
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("long", klass="batch"), 0, None)])
+    young = cycle(p, node_list, [job("short", klass="batch", t=800)], run, now=900)
+    assert kinds(young) == {"short": "wait"}, "level 1 after 900 s, but it has run less than 1800 s"
+    old_enough = cycle(p, node_list, [job("short", klass="batch", t=800)], run, now=1800)
+    assert kinds(old_enough) == {"long": "preempt", "short": "admit"}
+
+
+def test_min_runtime_never_holds_back_a_higher_tier():
+    p = policy(scheduling={"preemption": {"min_runtime_s": 3600}})
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("low", klass="batch"), 0, None)])
+    res = cycle(p, node_list, [job("urgent", klass="batch", priority="normal", t=10)], run, now=20)
+    assert kinds(res) == {"low": "preempt", "urgent": "admit"}

@@ -161,6 +161,7 @@ class PreemptionSpec(_Spec):
     reclaim_within_cohort: Literal["any", "lower_priority", "never"] = "any"
     spare_oldest_within_nominal: bool = False
     grace_period_s: float = Field(30.0, ge=0)
+    min_runtime_s: float | None = Field(None, gt=0)
 
 
 class ServiceLevelsSpec(_Spec):

@@ -12,7 +12,8 @@ Allowed victims (and nothing else):
    stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters);
    otherwise, with ``service_levels.preempt_borrowed``, such borrowed work of the preemptor's tier at a
    higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe).
-Work that started after the starvation guard promoted it (where the policy protects such runs) is
+Work that started after the starvation guard promoted it (where the policy protects such runs), and work
+that has run less than ``preemption.min_runtime_s`` (KAI Scheduler's minimum-runtime protection), is
 spared both the level rule and reclaim at its own tier or above: only a higher tier may stop it.
 With ``preemption.spare_oldest_within_nominal``, a queue's earliest-started runs that fit within its nominal
 quota are never taken by another queue (``state.nominal_core``).

@@ -184,7 +184,10 @@ class CycleState:
             protected = None
             if self.index.protect_promoted_within_nominal:
                 protected = nominal_core([e for e in entries if e.promoted], queues)
-            self._victims = VictimIndex(entries, self.now, self.index.level_thresholds_gpu_s, core, protected)
+            min_runtime = self.index.policy.scheduling.preemption.min_runtime_s
+            self._victims = VictimIndex(
+                entries, self.now, self.index.level_thresholds_gpu_s, core, protected, min_runtime
+            )
         return self._victims
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
@@ -320,7 +323,8 @@ def victim_rank(entry: RunEntry, now: float, level: int = 0) -> VictimRank:
 
 class Standing(NamedTuple):
     """What decides whether running work may be a victim: its tier, its attained-service level, and whether
-    it started after the starvation guard promoted it."""
+    it is spared at its own tier (it started after the starvation guard promoted it, or it has run less than
+    ``preemption.min_runtime_s``)."""
 
     tier: TierInfo
     level: int
@@ -365,6 +369,7 @@ class VictimIndex:
         thresholds_gpu_s: tuple[float, ...] = (),
         core: frozenset[str] = frozenset(),
         protected: frozenset[str] | None = None,
+        min_runtime_s: float | None = None,
     ) -> None:
         self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
@@ -374,6 +379,8 @@ class VictimIndex:
         self.promoted: set[str] = set()
         """Ids of promoted runs whose promotion protects them (all promoted runs, or with
         ``starvation_guard_protects_runs: within_nominal`` the earliest that fit the queue's nominal quota)."""
+        self.young: set[str] = set()
+        """Ids of runs within ``preemption.min_runtime_s`` of their start: spared like promoted runs."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
@@ -382,8 +389,10 @@ class VictimIndex:
                 self.promoted.add(e.id)
             level = e.level(now, thresholds_gpu_s, protected=promoted)
             self.levels[e.id] = level
+            if min_runtime_s is not None and now - e.start < min_runtime_s:
+                self.young.add(e.id)
             key = (e.queue.name, e.flavor)
-            standing = Standing(e.tier, level, promoted)
+            standing = Standing(e.tier, level, promoted or e.id in self.young)
             self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
@@ -404,7 +413,7 @@ class VictimIndex:
     def standing(self, entry: RunEntry) -> Standing:
         """Tier, level and promotion of an indexed entry."""
         assert entry.tier is not None
-        return Standing(entry.tier, self.level(entry), entry.id in self.promoted)
+        return Standing(entry.tier, self.level(entry), entry.id in self.promoted or entry.id in self.young)
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
