@@ -289,3 +289,27 @@ def test_min_runtime_never_holds_back_a_higher_tier():
     run = running(p, node_list, [(job("low", klass="batch"), 0, None)])
     res = cycle(p, node_list, [job("urgent", klass="batch", priority="normal", t=10)], run, now=20)
     assert kinds(res) == {"low": "preempt", "urgent": "admit"}
+
+
+def _blocked_pair(keep: bool):
+    p = policy(
+        scheduling={
+            "service_levels": {"thresholds_gpu_hours": [1, 10], "preempt_within_queue": False},
+            "backfill": {"mode": "easy", "keep_reservations": keep},
+        }
+    )
+    node_list = nodes(p, train=2)
+    run = running(p, node_list, [(job("busy", klass="batch", pods=2, estimated_duration_s=3600), 0, None)])
+    waited = dataclasses.replace(served(job("waited", klass="batch", pods=2, t=10), 2), reserved_before=True)
+    fresh = job("fresh", klass="batch", pods=2, t=20)
+    return cycle(p, node_list, [waited, fresh], run, now=100)
+
+
+def test_without_keep_reservations_the_less_served_gang_takes_the_reservation():
+    res = _blocked_pair(keep=False)
+    assert [v.workload_id for v in res.reservations] == ["fresh"]
+
+
+def test_keep_reservations_leaves_the_reservation_with_the_gang_that_held_it():
+    res = _blocked_pair(keep=True)
+    assert [v.workload_id for v in res.reservations] == ["waited"]

@@ -231,6 +231,11 @@ class ControlPlane:
             self.last_result = result
             self.last_nodes = nodes
             starts, signals = self._apply(result, now, events, changed, report)
+            for view in result.reservations:
+                held = self.jobs.get(view.workload_id)
+                if held is not None and held.state is JobState.PENDING and not held.reserved_before:
+                    held.reserved_before = True
+                    changed[held.id] = held
             report.pending = len(snapshot.pending)
             report.running = sum(1 for j in self.jobs.values() if j.state.holds_gpus)
             self.store.save_jobs(list(changed.values()), events)
@@ -348,7 +353,11 @@ class ControlPlane:
 
     def _workload(self, job: JobRecord) -> Workload:
         workload = self._workloads.get(job.id)
-        if workload is None or workload.attained_gpu_s != job.attained_gpu_s:
+        if (
+            workload is None
+            or workload.attained_gpu_s != job.attained_gpu_s
+            or workload.reserved_before != job.reserved_before
+        ):
             workload = to_workload(job)
             self._workloads[job.id] = workload
         return workload
@@ -383,6 +392,7 @@ class ControlPlane:
             elif decision.kind is DecisionKind.ADMIT and job.state is JobState.PENDING:
                 assert decision.placement is not None
                 job.state = JobState.ADMITTED
+                job.reserved_before = False
                 job.placement = placement_to_dict(decision.placement)
                 job.admitted_time = now
                 job.attempts += 1

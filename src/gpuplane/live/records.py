@@ -67,6 +67,7 @@ class JobRecord:
     reason: dict[str, Any] = field(default_factory=dict)
     stop_deadline: float | None = None
     victims: list[str] = field(default_factory=list)
+    reserved_before: bool = False
 
 
 class ServiceState(StrEnum):

@@ -87,6 +87,9 @@ class Workload:
     attained_gpu_s: float = 0.0
     """GPU-seconds of service received in earlier runs (before a preemption); orders work when the policy
     declares attained-service levels. Reported by the runtime, which alone knows the history."""
+    reserved_before: bool = False
+    """It held a backfill reservation in an earlier cycle (reported by the runtime); with
+    ``backfill.keep_reservations`` it keeps the front of its tier until it starts."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,7 @@ class CheckpointSpec(_Spec):
 class BackfillSpec(_Spec):
     mode: Literal["easy", "greedy", "strict"] = "easy"
     overrun_extension_s: float = Field(600.0, gt=0)
+    keep_reservations: bool = False
 
 
 class PreemptionSpec(_Spec):

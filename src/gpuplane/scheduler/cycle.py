@@ -168,13 +168,14 @@ class _Cycle:
         queues: dict[str, list[Resolved | None]] = {}
         self.st.forget_resolved(len(self.pending))
         resolve, now = self.st.resolve, self.st.now  # hot loop: once per pending workload per cycle
+        keep = self.index.policy.scheduling.backfill.keep_reservations
         for w in self.pending:
             try:
                 r = resolve(w)
             except InvalidWorkload as exc:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
                 continue
-            if r.promote_at <= now and not r.promoted:
+            if not r.promoted and (r.promote_at <= now or (keep and r.workload.reserved_before)):
                 r.promote()
             items = queues.get(r.queue.name)
             if items is None:

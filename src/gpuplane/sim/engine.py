@@ -15,6 +15,7 @@ of its run) and loses the rest, which is counted as lost GPU-seconds.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections.abc import Callable
@@ -225,6 +226,7 @@ class Simulation:
         self.job_events = 0
         self.interruptions = 0
         self.interrupted_lost_gpu_s = 0.0
+        self.keep_reservations = self.policy.scheduling.backfill.keep_reservations
         self.consolidation_moves = 0
         self.consolidation_lost_gpu_s = 0.0
         self.node_down_s = 0.0
@@ -372,6 +374,8 @@ class Simulation:
 
     def _start(self, record: JobRecord, placement: Placement, now: float) -> None:
         record.run_start = now
+        if record.workload.reserved_before:
+            record.workload = dataclasses.replace(record.workload, reserved_before=False)
         if record.first_start is None:
             record.first_start = now
         record.pool = placement.pool
@@ -516,6 +520,11 @@ class Simulation:
         self.cycles += 1
         result = run_cycle(self.state, now, [r.workload for r in self.pending.values()])
         self._apply(result, now)
+        if self.keep_reservations:
+            for view in result.reservations:
+                record = self.pending.get(view.workload_id)
+                if record is not None and not record.workload.reserved_before:
+                    record.workload = dataclasses.replace(record.workload, reserved_before=True)
         if self.scaler is not None:
             self.last_decided = result.decided
 
