@@ -7,6 +7,7 @@ nothing is created by a request that is refused.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
@@ -85,6 +86,14 @@ def job_view(job: JobRecord) -> dict[str, Any]:
         "reason": job.reason,
         "service": job.service,
     }
+
+
+def _or_http(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run a service operation; a ServiceError becomes its HTTP status with the field and the problem."""
+    try:
+        return call()
+    except ServiceError as exc:
+        raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
 
 
 def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
@@ -252,10 +261,7 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
     @app.post("/v1/services", status_code=201)
     def deploy(body: dict[str, Any], who: Who) -> dict[str, Any]:
         team = None if who.is_admin else who.team
-        try:
-            return services.deploy(body, team)
-        except ServiceError as exc:
-            raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
+        return _or_http(lambda: services.deploy(body, team))
 
     def own_service(name: str, who: Who) -> None:
         service = services.services.get(name)
@@ -275,18 +281,12 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
     @app.post("/v1/services/{name}/canary", status_code=201)
     def start_canary(name: str, req: CanaryRequest, who: Who) -> dict[str, Any]:
         own_service(name, who)
-        try:
-            return services.start_canary(name, req.handler, req.options)
-        except ServiceError as exc:
-            raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
+        return _or_http(lambda: services.start_canary(name, req.handler, req.options))
 
     @app.delete("/v1/services/{name}/canary")
     def abort_canary(name: str, who: Who) -> dict[str, Any]:
         own_service(name, who)
-        try:
-            return services.abort_canary(name)
-        except ServiceError as exc:
-            raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
+        return _or_http(lambda: services.abort_canary(name))
 
     @app.delete("/v1/services/{name}", status_code=202)
     def delete_service(name: str, who: Who) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Table, create_engine, event, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 
@@ -148,14 +148,16 @@ class Store:
 
     def save_service(self, service: ServiceRecord, event: EventRecord | None = None) -> None:
         """Insert or update a service (and append its event) in one transaction."""
-        record = _plain(dataclasses.asdict(service))
+        values = {"team": service.team, "state": service.state.value, "record": _plain(dataclasses.asdict(service))}
+        self._upsert(tables.services, service.name, values, event)
+
+    def _upsert(self, table: Table, name: str, values: dict[str, Any], event: EventRecord | None) -> None:
         with self._tx() as conn:
-            exists = conn.execute(select(tables.services.c.name).where(tables.services.c.name == service.name)).first()
-            values = {"team": service.team, "state": service.state.value, "record": record}
-            if exists:
-                conn.execute(update(tables.services).where(tables.services.c.name == service.name).values(**values))
+            key = table.c.name
+            if conn.execute(select(key).where(key == name)).first():
+                conn.execute(update(table).where(key == name).values(**values))
             else:
-                conn.execute(insert(tables.services).values(name=service.name, **values))
+                conn.execute(insert(table).values(name=name, **values))
             if event is not None:
                 conn.execute(insert(tables.events).values(**_event_row(event)))
 
@@ -174,16 +176,8 @@ class Store:
 
     def save_node(self, node: NodeRecord, event: EventRecord | None = None) -> None:
         """Insert or update a node (and append its event)."""
-        record = _plain(dataclasses.asdict(node))
-        with self._tx() as conn:
-            exists = conn.execute(select(tables.nodes.c.name).where(tables.nodes.c.name == node.name)).first()
-            values = {"pool": node.pool, "state": node.state, "record": record}
-            if exists:
-                conn.execute(update(tables.nodes).where(tables.nodes.c.name == node.name).values(**values))
-            else:
-                conn.execute(insert(tables.nodes).values(name=node.name, **values))
-            if event is not None:
-                conn.execute(insert(tables.events).values(**_event_row(event)))
+        values = {"pool": node.pool, "state": node.state, "record": _plain(dataclasses.asdict(node))}
+        self._upsert(tables.nodes, node.name, values, event)
 
     def load_nodes(self) -> list[NodeRecord]:
         """Every node ever recorded."""

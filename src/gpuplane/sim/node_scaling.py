@@ -182,30 +182,26 @@ class NodeScaler:
     def _release(self, decision: NodeDecision) -> list[str]:
         if decision.code is not NodeReasonCode.SCALE_DOWN_EMPTY:
             return []
-        out: list[str] = []
         for name in decision.remove:
-            if self.state.node_down(name):
+            if self._take_down(name):
                 raise AssertionError(f"node {name} was released while it held work")
-            self.ready.discard(name)
-            self._count(name, -1)
-            self.empty_since.pop(name, None)
-            self.below_since.pop(name, None)
-            self.spare[self.pool_of[name]].append(name)
-            self.nodes_removed += 1
-            out.append(name)
-        return out
+        return list(decision.remove)
 
     def _drain(self, name: str) -> list[str]:
         """Consolidate node ``name``: its (movable) work stops to be placed again, and the node is released."""
-        moved = self.state.node_down(name)
+        self.consolidated += 1
+        return self._take_down(name)
+
+    def _take_down(self, name: str) -> list[str]:
+        """Release node ``name`` back to the spare nodes; returns the work that ran on it."""
+        stopped = self.state.node_down(name)
         self.ready.discard(name)
         self._count(name, -1)
         self.empty_since.pop(name, None)
         self.below_since.pop(name, None)
         self.spare[self.pool_of[name]].append(name)
         self.nodes_removed += 1
-        self.consolidated += 1
-        return moved
+        return stopped
 
     def booted(self, name: str) -> None:
         """A node finished booting: it serves from now on."""
