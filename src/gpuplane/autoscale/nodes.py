@@ -25,12 +25,24 @@ Scale down, per pool, never below ``min_nodes`` and never into the warm nodes:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
 from gpuplane.policy.schema import PolicySpec, PoolSpec
+from gpuplane.scheduler.resolve import Resolved
+
+CAPACITY_WAITS = frozenset(
+    {
+        ReasonCode.INSUFFICIENT_CAPACITY,
+        ReasonCode.TOPOLOGY_UNSATISFIABLE,
+        ReasonCode.RESERVED,
+        ReasonCode.WOULD_DELAY_RESERVATION,
+    }
+)
+"""Wait reasons more nodes could end (a quota wait never is)."""
 
 
 class NodeReasonCode(StrEnum):
@@ -68,6 +80,38 @@ class PendingDemand:
     gpus_per_pod: int
     pools: tuple[str, ...]
     interruptible: bool = False
+
+
+def capacity_demand(
+    policy: PolicySpec,
+    decided: Iterable[Decision],
+    resolved_of: Callable[[str], Resolved | None],
+    limit_gpus: float = math.inf,
+) -> list[PendingDemand]:
+    """The work a scheduling cycle left waiting for capacity, in the scheduler's order, as node demand.
+
+    ``resolved_of`` finds a still-pending workload's resolution (None: gone since the cycle). Stops once
+    ``limit_gpus`` are asked for: a runtime that can add no more than that gains nothing from the rest.
+    """
+    pools = {p.name: p for p in policy.pools}
+    asked = 0
+    out: list[PendingDemand] = []
+    for decision in decided:
+        if asked > limit_gpus:
+            break
+        if decision.kind is not DecisionKind.WAIT or decision.reason.code not in CAPACITY_WAITS:
+            continue
+        resolved = resolved_of(decision.workload_id)
+        if resolved is None:
+            continue
+        names = tuple(p.name for option in resolved.options for p in option.pools)
+        spot_ok = any(pools[p].capacity_type == "spot" for p in names if p in pools)
+        per_pod = max(1, resolved.gpus_per_pod)
+        out.append(
+            PendingDemand(decision.workload_id, resolved.required, per_pod, names, resolved.preemptible and spot_ok)
+        )
+        asked += resolved.required * per_pod
+    return out
 
 
 @dataclass(frozen=True, slots=True)

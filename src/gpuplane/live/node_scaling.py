@@ -16,25 +16,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuplane.autoscale.nodes import NodeReasonCode, NodeState, PendingDemand, plan_nodes
+from gpuplane.autoscale.nodes import NodeReasonCode, NodeState, PendingDemand, capacity_demand, plan_nodes
 from gpuplane.live.control import ControlPlane
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock, NodeProvider
 from gpuplane.live.records import EventRecord, NodeRecord
-from gpuplane.model.decision import DecisionKind, ReasonCode
-from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
 
 FAILED_POOL_BACKOFF_S = 60.0
-_CAPACITY = frozenset(
-    {
-        ReasonCode.INSUFFICIENT_CAPACITY,
-        ReasonCode.TOPOLOGY_UNSATISFIABLE,
-        ReasonCode.RESERVED,
-        ReasonCode.WOULD_DELAY_RESERVATION,
-    }
-)
-
-
 class LiveNodeScaler:
     """Plans node changes from the control plane's state and applies them in the background."""
 
@@ -50,11 +39,11 @@ class LiveNodeScaler:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-nodes")
         self._pools = {p.name: p for p in control.policy.pools}
         self._unavailable: dict[str, float] = {}
+        """Pools whose last node order failed, until when they are skipped (spot falls back to on-demand)."""
         self._removing: set[str] = set()
         """Nodes whose removal was ordered (they may still be listed until their processes stop)."""
         self._draining: dict[str, str] = {}
         """Nodes being consolidated (cordoned, their work moving), by pool; removed once empty."""
-        """Pools whose last node order failed, until when they are skipped (spot falls back to on-demand)."""
 
     def tick(self) -> list[EventRecord]:
         """Plan and start applying node changes; returns the decisions' events."""
@@ -195,30 +184,18 @@ class LiveNodeScaler:
         result = self.control.last_result
         if result is None:
             return []
-        out = []
+
+        def resolved_of(job_id: str) -> Resolved | None:
+            job = self.control.jobs.get(job_id)
+            if job is None:
+                return None
+            try:
+                return resolve(self.control._workload(job), self.control.index)
+            except InvalidWorkload:
+                return None
+
         with self.control.lock:
-            for decision in result.decided:
-                if decision.kind is not DecisionKind.WAIT or decision.reason.code not in _CAPACITY:
-                    continue
-                job = self.control.jobs.get(decision.workload_id)
-                if job is None:
-                    continue
-                try:
-                    resolved = resolve(self.control._workload(job), self.control.index)
-                except InvalidWorkload:
-                    continue
-                pools = tuple(p.name for option in resolved.options for p in option.pools)
-                spot_ok = any(self._pools[p].capacity_type == "spot" for p in pools if p in self._pools)
-                out.append(
-                    PendingDemand(
-                        job.id,
-                        resolved.required,
-                        max(1, resolved.gpus_per_pod),
-                        pools,
-                        resolved.preemptible and spot_ok,
-                    )
-                )
-        return out
+            return capacity_demand(self.control.policy, result.decided, resolved_of)
 
     def _next_name(self, pool: str, known: set[str]) -> str:
         index = 0

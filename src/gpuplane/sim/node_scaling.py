@@ -14,20 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpuplane.autoscale.nodes import NodeDecision, NodeReasonCode, NodeState, PendingDemand, plan_nodes
-from gpuplane.model import Node, Workload
-from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
-from gpuplane.policy import PolicySpec
-from gpuplane.scheduler.state import CycleState
-
-CAPACITY_CODES = frozenset(
-    {
-        ReasonCode.INSUFFICIENT_CAPACITY,
-        ReasonCode.TOPOLOGY_UNSATISFIABLE,
-        ReasonCode.RESERVED,
-        ReasonCode.WOULD_DELAY_RESERVATION,
-    }
+from gpuplane.autoscale.nodes import (
+    NodeDecision,
+    NodeReasonCode,
+    NodeState,
+    PendingDemand,
+    capacity_demand,
+    plan_nodes,
 )
+from gpuplane.model import Node, Workload
+from gpuplane.model.decision import Decision
+from gpuplane.policy import PolicySpec
+from gpuplane.scheduler.resolve import Resolved
+from gpuplane.scheduler.state import CycleState
 
 
 class NodeScaler:
@@ -119,30 +118,12 @@ class NodeScaler:
         (more could not change the plan, and a saturated replay has thousands of waiting jobs)."""
         limit = sum(self.size[pool] * len(names) for pool, names in self.spare.items())
         limit += sum(self.size[self.pool_of[name]] for name in self.booting)
-        asked = 0
-        out: list[PendingDemand] = []
-        for decision in decided:
-            if asked > limit:
-                break
-            if decision.kind is not DecisionKind.WAIT or decision.reason.code not in CAPACITY_CODES:
-                continue
-            workload = workload_of(decision.workload_id)
-            if workload is None:
-                continue
-            resolved = self.state.resolve(workload)
-            pools = tuple(p.name for option in resolved.options for p in option.pools)
-            spot_ok = any(self.policy.pool(p).capacity_type == "spot" for p in pools)
-            out.append(
-                PendingDemand(
-                    workload.id,
-                    resolved.required,
-                    max(1, resolved.gpus_per_pod),
-                    pools,
-                    interruptible=resolved.preemptible and spot_ok,
-                )
-            )
-            asked += resolved.required * max(1, resolved.gpus_per_pod)
-        return out
+
+        def resolved_of(workload_id: str) -> Resolved | None:
+            workload = workload_of(workload_id)
+            return None if workload is None else self.state.resolve(workload)
+
+        return capacity_demand(self.policy, decided, resolved_of, limit)
 
     def tick(
         self, now: float, decided: Iterable[Decision], workload_of: Callable[[str], Workload | None]
