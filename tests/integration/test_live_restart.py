@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpuplane.live.server import free_port
 from tests.integration.databases import KINDS, database_url
-from tests.integration.live_helpers import HERE, POLICY, TOKENS, TRAIN_LOOP, free_port, wait_for
+from tests.integration.live_helpers import HERE, POLICY, TOKENS, TRAIN_LOOP, wait_for
 
 pytestmark = pytest.mark.live
 

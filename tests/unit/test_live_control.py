@@ -4,16 +4,21 @@ preemption with grace period, lost nodes, cancellation, recovery after a restart
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.node_scaling import LiveNodeScaler
 from gpuplane.live.ray_cluster import RayNode
 from gpuplane.live.ray_engine import RunPhase, RunStatus
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.store import Store
+from gpuplane.policy import PolicySpec, parse_policy
 
 POLICY = Path(__file__).parents[1] / "data" / "live_policy.yaml"
 
@@ -87,13 +92,19 @@ class Clock:
         return self.now
 
 
-def plane(tmp_path: Path, engine: FakeEngine | None = None, clock: Clock | None = None) -> ControlPlane:
+def plane(
+    tmp_path: Path,
+    engine: FakeEngine | None = None,
+    clock: Clock | None = None,
+    policy: PolicySpec | None = None,
+    nodes: FakeNodes | None = None,
+) -> ControlPlane:
     ids = (f"j{n}" for n in itertools.count())
     return ControlPlane(
-        load_policy(str(POLICY)),
+        policy or load_policy(str(POLICY)),
         Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"),
         engine or FakeEngine(),
-        FakeNodes(),
+        nodes or FakeNodes(),
         clock or Clock(),
         lambda: next(ids),
     )
@@ -226,18 +237,31 @@ def test_work_the_engine_lost_or_never_started_is_requeued(tmp_path: Path) -> No
     assert cp.jobs["stuck"].attempts == 2, "placed again in the same tick"
 
 
-def test_live_consolidation_moves_checkpointed_work_and_removes_the_emptied_node(tmp_path: Path) -> None:
-    import time
-
-    import yaml
-
-    from gpuplane.live.metrics import Metrics
-    from gpuplane.live.node_scaling import LiveNodeScaler
-    from gpuplane.policy import parse_policy
-
+def consolidating_policy() -> PolicySpec:
+    """The test policy with the training pool consolidating at once below half use, down to one node."""
     doc = yaml.safe_load(POLICY.read_text())
     doc["pools"][0].update(min_nodes=1, scale_down={"after_s": 0, "utilization_below": 0.5})
-    policy = parse_policy(yaml.safe_dump(doc), "consolidate.yaml")
+    return parse_policy(yaml.safe_dump(doc), "consolidate.yaml")
+
+
+def one_gpu_beside_a_finished_job(cp: ControlPlane, engine: FakeEngine, checkpoint_interval_s: float | None) -> None:
+    """``small`` (1 GPU) and ``ends`` (3 GPUs) share a node, ``big`` (3 GPUs) has the other; ``ends`` finishes,
+    leaving ``small``'s node at a quarter of its GPUs."""
+    small = job("small", gpus=1)
+    small.checkpoint_interval_s = checkpoint_interval_s
+    cp.submit(small)
+    cp.submit(job("ends", gpus=3, submit=1001))
+    cp.submit(job("big", gpus=3, submit=1002))
+    cp.tick()
+    for j in ("small", "ends", "big"):
+        engine.phase[j] = RunStatus(RunPhase.RUNNING)
+    cp.tick()
+    engine.phase["ends"] = RunStatus(RunPhase.EXITED, exit_code=0)
+    cp.tick()
+
+
+def test_live_consolidation_moves_checkpointed_work_and_removes_the_emptied_node(tmp_path: Path) -> None:
+    policy = consolidating_policy()
 
     class ScalingNodes(FakeNodes):
         def __init__(self) -> None:
@@ -252,22 +276,11 @@ def test_live_consolidation_moves_checkpointed_work_and_removes_the_emptied_node
             self.list = [n for n in self.list if n.name != name]
 
     engine, clock, nodes = FakeEngine(), Clock(), ScalingNodes()
-    ids = (f"j{n}" for n in itertools.count())
-    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    cp = ControlPlane(policy, store, engine, nodes, clock, lambda: next(ids))
-    small = job("small", gpus=1)
-    small.checkpoint_interval_s = 60
-    cp.submit(small)
-    cp.submit(job("ends", gpus=3, submit=1001))
-    cp.submit(job("big", gpus=3, submit=1002))
-    cp.tick()
+    cp = plane(tmp_path, engine, clock, policy, nodes)
+    store = cp.store
+    one_gpu_beside_a_finished_job(cp, engine, checkpoint_interval_s=60)
     where = {j: cp.jobs[j].placement["pods"][0]["node"] for j in ("small", "ends", "big")}
     assert where["small"] == where["ends"] != where["big"]
-    for j in ("small", "ends", "big"):
-        engine.phase[j] = RunStatus(RunPhase.RUNNING)
-    cp.tick()
-    engine.phase["ends"] = RunStatus(RunPhase.EXITED, exit_code=0)
-    cp.tick()
     scaler = LiveNodeScaler(cp, nodes, Metrics(policy), clock)
     events = scaler.tick()
     assert "consolidate_underutilized" in [e.reason for e in events]
@@ -287,26 +300,10 @@ def test_live_consolidation_moves_checkpointed_work_and_removes_the_emptied_node
 
 
 def test_non_checkpointing_work_is_never_moved_by_consolidation(tmp_path: Path) -> None:
-    import yaml
-
-    from gpuplane.live.metrics import Metrics
-    from gpuplane.live.node_scaling import LiveNodeScaler
-    from gpuplane.policy import parse_policy
-
-    doc = yaml.safe_load(POLICY.read_text())
-    doc["pools"][0].update(min_nodes=1, scale_down={"after_s": 0, "utilization_below": 0.5})
-    policy = parse_policy(yaml.safe_dump(doc), "consolidate.yaml")
+    policy = consolidating_policy()
     engine, clock = FakeEngine(), Clock()
-    ids = (f"j{n}" for n in itertools.count())
-    cp = ControlPlane(
-        policy, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"), engine, FakeNodes(), clock, lambda: next(ids)
-    )
-    cp.submit(job("small", gpus=1))
-    cp.submit(job("ends", gpus=3, submit=1001))
-    cp.submit(job("big", gpus=3, submit=1002))
-    cp.tick()
-    engine.phase["ends"] = RunStatus(RunPhase.EXITED, exit_code=0)
-    cp.tick()
+    cp = plane(tmp_path, engine, clock, policy)
+    one_gpu_beside_a_finished_job(cp, engine, checkpoint_interval_s=None)
     events = LiveNodeScaler(cp, cp.node_provider, Metrics(policy), clock).tick()
     assert "consolidate_underutilized" not in [e.reason for e in events]
-    assert cp.jobs["small"].state is JobState.ADMITTED
+    assert cp.jobs["small"].state is JobState.RUNNING, "not drained: it does not checkpoint"

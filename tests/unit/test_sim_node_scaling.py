@@ -63,8 +63,12 @@ def test_busy_trace_is_served_with_less_idle_capacity_than_the_fixed_cluster():
     assert s["provisioned_cost"] == s["provisioned_gpu_hours"] * 2.0, "16 per node-hour of 8 GPUs"
 
 
-def test_an_under_used_node_is_consolidated_its_work_moved_and_the_node_released():
-    doc = {**SCALED, "pools": [{**SCALED["pools"][0], "scale_down": {"after_s": 300, "utilization_below": 0.5}}]}
+def half_used_node(utilization_below):
+    """A 4-GPU job and a short 6-GPU job on two nodes; a 2-GPU job joins the second, which then runs at 2/8."""
+    doc = {
+        **SCALED,
+        "pools": [{**SCALED["pools"][0], "scale_down": {"after_s": 300, "utilization_below": utilization_below}}],
+    }
     tr = trace(
         [
             TraceJob("half", "a", 0.0, 20000.0, 4),
@@ -72,7 +76,11 @@ def test_an_under_used_node_is_consolidated_its_work_moved_and_the_node_released
             TraceJob("small", "a", 700.0, 20000.0, 2),
         ]
     )
-    result = run(tr, doc=doc)
+    return run(tr, doc=doc)
+
+
+def test_an_under_used_node_is_consolidated_its_work_moved_and_the_node_released():
+    result = half_used_node(0.5)
     check_conservation(result)
     records = {r.job.id: r for r in result.records}
     assert records["small"].preemptions == 1 and records["half"].preemptions == 0
@@ -83,14 +91,6 @@ def test_an_under_used_node_is_consolidated_its_work_moved_and_the_node_released
 
 
 def test_without_consolidation_the_under_used_node_keeps_its_work():
-    doc = {**SCALED, "pools": [{**SCALED["pools"][0], "scale_down": {"after_s": 300, "utilization_below": 0}}]}
-    tr = trace(
-        [
-            TraceJob("half", "a", 0.0, 20000.0, 4),
-            TraceJob("short", "a", 0.0, 3000.0, 6),
-            TraceJob("small", "a", 700.0, 20000.0, 2),
-        ]
-    )
-    result = run(tr, doc=doc)
+    result = half_used_node(0)
     assert all(r.preemptions == 0 for r in result.records)
     assert summarize(result)["capacity"]["node_autoscaling"]["nodes_consolidated"] == 0

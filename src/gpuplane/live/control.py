@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuplane.live.convert import gpus_held, placement_to_dict, to_node, to_running, to_workload
+from gpuplane.live.convert import gpus_asked, gpus_held, placement_to_dict, pod_gpus, to_node, to_running, to_workload
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock, Engine, NodeProvider
 from gpuplane.live.ray_cluster import RayNode
@@ -149,7 +149,7 @@ class ControlPlane:
                 "pools", f"no pool of team '{job.team}' can run this workload: {resolved.rejected_pools or 'none'}"
             )
         job.queued_time = job.submit_time
-        event = self._event("job", job, "submitted", {"gpus": job.pods * max(1, job.gpus_per_pod)})
+        event = self._event("job", job, "submitted", {"gpus": gpus_asked(job)})
         with self.lock:
             self.store.add_job(job, event)
             self.jobs[job.id] = job
@@ -186,11 +186,9 @@ class ControlPlane:
             job = self.jobs[job_id]
             if not job.state.holds_gpus:
                 return
-            started = job.state is JobState.RUNNING
-            job.state = JobState.PREEMPTING
-            job.stop_deadline = now + self.grace_s if started else now
-            job.reason = {"reason": reason, **details}
-            self.store.save_jobs([job], [self._event("job", job, reason, details)])
+            event = self._event("job", job, reason, details)
+            started = self._begin_preemption(job, now, {"reason": reason, **details})
+            self.store.save_jobs([job], [event])
         if started:
             self.engine.signal_stop(job_id)
         self.wake.set()
@@ -222,7 +220,7 @@ class ControlPlane:
         stops: list[str] = []
         with self.lock:
             self._observe(statuses, now, events, changed, stops)
-            alive = {n.name: n for n in nodes if n.alive and _known_pool(self.policy, n.pool)}
+            alive = {n.name: n for n in nodes if n.alive and n.pool in self.index.pools}
             self._drop_lost_nodes(alive, now, events, changed, stops)
             snapshot = self._snapshot(alive, now)
             started = self.timer()
@@ -315,12 +313,11 @@ class ControlPlane:
                 self._requeue(job, now, events, "start_timeout", {"waited_s": round(now - job.admitted_time, 1)})
                 stops.append(job.id)
                 changed[job.id] = job
-        for job in self.jobs.values():
-            if job.state in (JobState.PREEMPTING, JobState.CANCELLING) and job.id not in statuses:
-                if job.state is JobState.CANCELLING:
-                    self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
-                else:
-                    self._requeue(job, now, events, "requeued_after_preemption", {})
+            elif job.state is JobState.CANCELLING and job.id not in statuses:
+                self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
+                changed[job.id] = job
+            elif job.state is JobState.PREEMPTING and job.id not in statuses:
+                self._requeue(job, now, events, "requeued_after_preemption", {})
                 changed[job.id] = job
 
     def _drop_lost_nodes(
@@ -378,17 +375,11 @@ class ControlPlane:
                 continue
             if decision.kind is DecisionKind.PREEMPT:
                 if job.state.holds_gpus:
-                    was_started = job.state is JobState.RUNNING
-                    job.state = JobState.PREEMPTING
-                    job.stop_deadline = now + self.grace_s
-                    job.reason = _decision_dict(decision)
                     events.append(self._event("job", job, decision.reason.code.value, dict(decision.reason.details)))
+                    if self._begin_preemption(job, now, _decision_dict(decision)):
+                        signals.append(job.id)
                     changed[job.id] = job
                     report.preempted += 1
-                    if was_started:
-                        signals.append(job.id)
-                    else:
-                        job.stop_deadline = now
             elif decision.kind is DecisionKind.ADMIT and job.state is JobState.PENDING:
                 assert decision.placement is not None
                 job.state = JobState.ADMITTED
@@ -414,6 +405,15 @@ class ControlPlane:
                         max(0.0, now - (job.queued_time or job.submit_time))
                     )
         return starts, signals
+
+    def _begin_preemption(self, job: JobRecord, now: float, reason: dict[str, Any]) -> bool:
+        """Mark a job that holds GPUs as being stopped to be requeued; True when its pods run and must be told
+        to checkpoint (they get the grace period), False when they never started (stopped at once)."""
+        started = job.state is JobState.RUNNING
+        job.state = JobState.PREEMPTING
+        job.stop_deadline = now + self.grace_s if started else now
+        job.reason = reason
+        return started
 
     def _finish(
         self,
@@ -502,7 +502,7 @@ class ControlPlane:
                     running += 1
                 elif job.state is JobState.PENDING:
                     pending_jobs += 1
-                    pending_gpus += job.pods * max(job.gpus_per_pod, 0)
+                    pending_gpus += gpus_asked(job)
             out.append(
                 {
                     "queue": team.name,
@@ -530,8 +530,7 @@ class ControlPlane:
             for job in self.jobs.values():
                 if job.state.holds_gpus and job.placement is not None:
                     for pod in job.placement["pods"]:
-                        share = pod["gpu_milli"] / 1000.0 if pod.get("gpu_milli") else len(pod["gpus"])
-                        held[pod["node"]] = held.get(pod["node"], 0.0) + share
+                        held[pod["node"]] = held.get(pod["node"], 0.0) + pod_gpus(pod)
         return [
             {
                 "name": n.name,
@@ -573,7 +572,3 @@ def _decision_dict(decision: Decision) -> dict[str, Any]:
     out = decision.to_dict()
     out["details"] = {k: v for k, v in out["details"].items() if k not in ("all_failures", "rejected_pools")}
     return out
-
-
-def _known_pool(policy: PolicySpec, pool: str) -> bool:
-    return any(p.name == pool for p in policy.pools)

@@ -62,14 +62,16 @@ def to_node(node: RayNode, schedulable: bool = True) -> Node:
     return Node(name=node.name, pool=node.pool, gpus=node.gpus, domain=node.domain, schedulable=schedulable)
 
 
+def pod_gpus(pod: dict[str, Any]) -> float:
+    """GPUs one placed pod holds: its share of a shared GPU, else its GPUs (a MIG slice counts its GPU)."""
+    return pod["gpu_milli"] / 1000.0 if pod.get("gpu_milli") is not None else float(len(pod["gpus"]))
+
+
+def gpus_asked(job: JobRecord) -> float:
+    """GPUs a job asks for: whole GPUs per pod, else its share of a GPU, else one GPU per MIG-sliced pod."""
+    return job.pods * (job.gpus_per_pod or (job.gpu_milli or 1000) / 1000.0)
+
+
 def gpus_held(job: JobRecord) -> float:
-    """GPUs (fractions for shares and MIG slices counted as one GPU's share) a placed job holds."""
-    if job.placement is None:
-        return 0.0
-    total = 0.0
-    for pod in job.placement["pods"]:
-        if pod.get("gpu_milli") is not None:
-            total += pod["gpu_milli"] / 1000.0
-        else:
-            total += len(pod["gpus"])
-    return total
+    """GPUs a placed job holds (see ``pod_gpus``)."""
+    return 0.0 if job.placement is None else sum(pod_gpus(pod) for pod in job.placement["pods"])

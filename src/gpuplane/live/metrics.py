@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gpuplane.live.convert import gpus_held
+from gpuplane.live.convert import gpus_asked, gpus_held
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.policy import PolicySpec
 
@@ -128,7 +128,7 @@ class Metrics:
                     self.team_cost.labels(job.team).inc(held * dt * self._price.get(pool, 0.0) / 3600.0)
             elif job.state is JobState.PENDING:
                 pending_jobs[job.team] += 1
-                pending_gpus[job.team] += job.pods * (job.gpus_per_pod or (job.gpu_milli or 1000) / 1000.0)
+                pending_gpus[job.team] += gpus_asked(job)
         for pool in self._pools:
             self.gpus_total.labels(pool).set(gpus_by_pool.get(pool, 0))
             self.gpus_allocated.labels(pool).set(allocated[pool])

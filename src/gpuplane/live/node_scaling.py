@@ -21,9 +21,12 @@ from gpuplane.live.control import ControlPlane
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock, NodeProvider
 from gpuplane.live.records import EventRecord, NodeRecord
+from gpuplane.policy.nodes import pool_nodes
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
 
 FAILED_POOL_BACKOFF_S = 60.0
+
+
 class LiveNodeScaler:
     """Plans node changes from the control plane's state and applies them in the background."""
 
@@ -152,26 +155,22 @@ class LiveNodeScaler:
 
     def _release_drained(self, now: float) -> None:
         for name, pool in list(self._draining.items()):
-            if self._jobs_on(name):
-                continue
-            del self._draining[name]
-            record = NodeRecord(
-                name,
-                pool,
-                self._pools[pool].gpus_per_node,
-                "removed",
-                now,
-                removed_time=now,
-                reason={"reason": NodeReasonCode.CONSOLIDATE_UNDERUTILIZED.value},
-            )
-            self.control.store.save_node(
-                record,
-                EventRecord(0, now, "node", name, None, "removed", {"pool": pool, "reason": record.reason["reason"]}),
-            )
-            self._empty_since.pop(name, None)
-            self._below_since.pop(name, None)
-            self._removing.add(name)
-            self._pool.submit(self._remove, name)
+            if not self._jobs_on(name):
+                del self._draining[name]
+                self._take_down(pool, name, NodeReasonCode.CONSOLIDATE_UNDERUTILIZED, now)
+
+    def _take_down(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
+        """Record node ``name`` as removed for ``code`` and stop it in the background."""
+        record = NodeRecord(
+            name, pool, self._pools[pool].gpus_per_node, "removed", now, removed_time=now, reason={"reason": code.value}
+        )
+        self.control.store.save_node(
+            record, EventRecord(0, now, "node", name, None, "removed", {"pool": pool, "reason": code.value})
+        )
+        self._empty_since.pop(name, None)
+        self._below_since.pop(name, None)
+        self._removing.add(name)
+        self._pool.submit(self._remove, name)
 
     def _remove(self, name: str) -> None:
         try:
@@ -198,10 +197,11 @@ class LiveNodeScaler:
             return capacity_demand(self.control.policy, result.decided, resolved_of)
 
     def _next_name(self, pool: str, known: set[str]) -> str:
+        """The pool's first node name (as ``policy.nodes.pool_nodes`` names them) not in use."""
         index = 0
-        while f"{pool}-{index:04d}" in known:
+        while (name := pool_nodes(self._pools[pool], 1, index)[0].name) in known:
             index += 1
-        return f"{pool}-{index:04d}"
+        return name
 
     def _order(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
         with self._lock:
@@ -239,23 +239,10 @@ class LiveNodeScaler:
         self.control.wake.set()
 
     def _release(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
-        with self.control.lock:
-            busy = any(
-                job.state.holds_gpus and job.placement and any(p["node"] == name for p in job.placement["pods"])
-                for job in self.control.jobs.values()
-            )
-        if busy:
+        if self._jobs_on(name):
             return
         self.metrics.scale_events.labels(pool, "down", code.value).inc()
-        record = NodeRecord(
-            name, pool, self._pools[pool].gpus_per_node, "removed", now, removed_time=now, reason={"reason": code.value}
-        )
-        self.control.store.save_node(
-            record, EventRecord(0, now, "node", name, None, "removed", {"pool": pool, "reason": code.value})
-        )
-        self._empty_since.pop(name, None)
-        self._removing.add(name)
-        self._pool.submit(self._remove, name)
+        self._take_down(pool, name, code, now)
 
     def close(self) -> None:
         """Stop applying changes (nodes still booting finish in the background)."""

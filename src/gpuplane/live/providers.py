@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuplane.live.ray_cluster import LocalRayCluster, RayNode, discover_nodes
 from gpuplane.policy import PolicySpec
+from gpuplane.policy.nodes import pool_nodes
 
 
 class ClusterNodes:
@@ -46,11 +47,10 @@ class LocalNodeProvider:
     def add_node(self, pool: str, name: str) -> None:
         """Start a Ray worker node for ``pool`` with the pool's GPUs, named ``name``."""
         spec = self._pools[pool]
-        per_domain = spec.topology.nodes_per_domain if spec.topology else None
-        index = int(name.rsplit("-", 1)[-1]) if name.rsplit("-", 1)[-1].isdigit() else 0
-        domain = f"{pool}/d{index // per_domain}" if per_domain else pool
+        suffix = name.rsplit("-", 1)[-1]
+        (node,) = pool_nodes(spec, 1, int(suffix) if suffix.isdigit() else 0)
         self._removed.discard(name)
-        self.cluster.add_node(name, pool, spec.gpus_per_node, domain)
+        self.cluster.add_node(name, pool, spec.gpus_per_node, node.domain)
 
     def remove_node(self, name: str) -> None:
         """Stop node ``name``'s processes."""

@@ -215,8 +215,9 @@ class RayEngine:
             if run.info is None:
                 ready, _ = ray.wait(run.start_refs, num_returns=len(run.start_refs), timeout=0)
                 if len(ready) < len(run.start_refs):
-                    if any(_failed(ref) for ref in ready):
-                        run.lost = _error_of(ready)
+                    error = _start_error(ready)
+                    if error is not None:
+                        run.lost = error
                         out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
                     else:
                         out[run.job_id] = RunStatus(RunPhase.STARTING)
@@ -338,18 +339,8 @@ def _pod_demand(pod: dict[str, Any], job: JobRecord) -> dict[str, Any]:
     return {"num_gpus": len(pod["gpus"]), "resources": resources}
 
 
-def _failed(ref: Any) -> bool:
-    import ray
-    from ray.exceptions import RayError
-
-    try:
-        ray.get(ref, timeout=0)
-    except RayError:
-        return True
-    return False
-
-
-def _error_of(refs: list[Any]) -> str:
+def _start_error(refs: list[Any]) -> str | None:
+    """Why the first of the finished start calls ``refs`` failed, or None when none did."""
     import ray
     from ray.exceptions import RayError
 
@@ -358,7 +349,7 @@ def _error_of(refs: list[Any]) -> str:
             ray.get(ref, timeout=0)
         except RayError as exc:
             return f"pod failed to start: {_short(exc)}"
-    return "pod failed to start"
+    return None
 
 
 def _short(exc: BaseException) -> str:

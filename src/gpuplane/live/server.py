@@ -143,18 +143,22 @@ def run(policy: PolicySpec, options: ServeOptions, host: str, port: int) -> None
         plane.stop()
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 class BackgroundServer:
     """The API served by uvicorn on a thread (tests, benchmarks, notebooks); a context manager."""
 
     def __init__(self, app: object, host: str = "127.0.0.1", port: int = 0) -> None:
-        import socket
-
         import uvicorn
 
-        if port == 0:
-            with socket.socket() as probe:
-                probe.bind((host, 0))
-                port = int(probe.getsockname()[1])
+        port = port or free_port(host)
         self.url = f"http://{host}:{port}"
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))  # type: ignore[arg-type]
         self._thread = threading.Thread(target=self.server.run, daemon=True)
