@@ -87,6 +87,7 @@ def policies(draw):
     if draw(st.booleans()):
         scheduling["starvation_guard_hours"] = draw(st.sampled_from([0.5, 2.0]))
         scheduling["starvation_guard_protects_runs"] = draw(st.sampled_from([True, False, "within_nominal"]))
+        scheduling["starvation_guard_preempts_borrowed"] = draw(st.booleans())
     pools = [*BASE_POLICY["pools"][:2], {**BASE_POLICY["pools"][2], "gpu_sharing": draw(st.booleans())}]
     return policy(pools=pools, teams=teams, scheduling=scheduling)
 

@@ -16,7 +16,12 @@ from gpuplane.policy import PolicySpec
 
 _WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-_PREEMPT_REASONS = ("preempted_for_higher_priority", "preempted_to_reclaim_quota", "preempted_for_less_served")
+_PREEMPT_REASONS = (
+    "preempted_for_higher_priority",
+    "preempted_to_reclaim_quota",
+    "preempted_for_less_served",
+    "preempted_for_starved_work",
+)
 
 
 class Metrics:

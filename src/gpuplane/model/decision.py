@@ -27,6 +27,7 @@ class ReasonCode(StrEnum):
     PREEMPTED_FOR_HIGHER_PRIORITY = "preempted_for_higher_priority"
     PREEMPTED_TO_RECLAIM_QUOTA = "preempted_to_reclaim_quota"
     PREEMPTED_FOR_LESS_SERVED = "preempted_for_less_served"
+    PREEMPTED_FOR_STARVED_WORK = "preempted_for_starved_work"
     INVALID_WORKLOAD = "invalid_workload"
     NO_ELIGIBLE_POOL = "no_eligible_pool"
     MAX_RUNNING_JOBS = "max_running_jobs"

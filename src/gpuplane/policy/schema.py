@@ -177,6 +177,7 @@ class SchedulingSpec(_Spec):
     service_levels: ServiceLevelsSpec | None = None
     starvation_guard_hours: float | None = Field(None, gt=0)
     starvation_guard_protects_runs: bool | Literal["within_nominal"] = True
+    starvation_guard_preempts_borrowed: bool = False
     backfill: BackfillSpec = Field(default_factory=BackfillSpec)
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
 

@@ -28,6 +28,7 @@ def check_policy(policy: PolicySpec) -> list[PolicyIssue]:
         _capacity,
         _priorities,
         _service_levels,
+        _starvation_guard,
         _services,
         _auth,
     ):
@@ -218,6 +219,16 @@ def _flavor_models(policy: PolicySpec) -> Iterator[PolicyIssue]:
                 f"flavor '{pool.flavor_name}' already names GPU model '{known}', not '{pool.gpu_model}'",
                 "give pools of different GPU models different flavors",
             )
+
+
+def _starvation_guard(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    scheduling = policy.scheduling
+    if scheduling.starvation_guard_preempts_borrowed and scheduling.starvation_guard_hours is None:
+        yield PolicyIssue(
+            ("scheduling", "starvation_guard_preempts_borrowed"),
+            "nothing is ever promoted without a starvation guard, so this switch would do nothing",
+            "set scheduling.starvation_guard_hours (e.g. 48) or remove the switch",
+        )
 
 
 def _service_levels(policy: PolicySpec) -> Iterator[PolicyIssue]:

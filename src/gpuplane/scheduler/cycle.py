@@ -311,6 +311,7 @@ class _Cycle:
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
                 promoted=r.promoted and self.index.protect_promoted,
+                aged=r.promoted,
             )
         )
         details: dict[str, Any] = {
@@ -354,14 +355,17 @@ class _Cycle:
             self.preempt_memo[key] = min(r.required, self.preempt_memo.get(key, r.required))
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
+        starving = r.promoted and self.index.promoted_preempt_borrowed
         for victim in plan.victims:
             assert victim.queue is not None and victim.tier is not None
             same_queue = victim.queue is r.queue
             level = self.st.victims.level(victim)
             if not same_queue and plan.reclaiming:
                 code = ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
-            elif same_queue and victim.tier.value < r.priority:
+            elif victim.tier.value < r.priority:
                 code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY
+            elif starving and level <= r.level:
+                code = ReasonCode.PREEMPTED_FOR_STARVED_WORK
             else:
                 code = ReasonCode.PREEMPTED_FOR_LESS_SERVED
             lost = victim.lost_work_s(self.st.now)

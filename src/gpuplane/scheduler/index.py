@@ -184,5 +184,6 @@ class PolicyIndex:
         protects = policy.scheduling.starvation_guard_protects_runs
         self.protect_promoted = protects is not False
         self.protect_promoted_within_nominal = protects == "within_nominal"
+        self.promoted_preempt_borrowed = guard is not None and policy.scheduling.starvation_guard_preempts_borrowed
         self.spare_nominal_core = policy.scheduling.preemption.spare_oldest_within_nominal
         self.profile_cache: dict[tuple[object, ...], Any] = {}

@@ -23,7 +23,7 @@ Non-preemptible work is never a victim, nor is work admitted earlier in the same
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from gpuplane.model.gpu import MILLI_PER_GPU
@@ -56,14 +56,18 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     other queues' work would be reclaimed quota (else it would lose to less-served work)."""
     flavor = option.flavor
     by_level = st.index.level_preemption
+    starving = r.promoted and st.index.promoted_preempt_borrowed
 
     def more_served(s: Standing) -> bool:
         return s.tier == r.tier and not s.promoted and s.level > r.level
 
+    def waited_less(s: Standing) -> bool:
+        return starving and s.tier == r.tier and not s.promoted and not s.aged and s.level >= 1
+
     def same_queue(s: Standing) -> bool:
         if s.tier.value < r.priority:
             return s.tier.name in r.tier.may_preempt
-        return by_level and more_served(s)
+        return (by_level and more_served(s)) or waited_less(s)
 
     sources = {r.queue.name: _Source(r.queue, same_queue)}
     if r.queue.cohort is None:
@@ -77,8 +81,13 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
             return True
         return reclaim == "any" and not s.promoted
 
+    def more_served_or_waited_less(s: Standing) -> bool:
+        return s.tier.value < r.priority or more_served(s) or waited_less(s)
+
     if within_nominal and reclaim != "never":
         accept = reclaimable
+    elif starving:
+        accept = more_served_or_waited_less
     elif st.index.level_preemption_of_borrowed:
         accept = more_served
     else:
@@ -99,9 +108,7 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
     return free + victims >= option.milli * r.required
 
 
-def _candidates(
-    st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]
-) -> Iterator[RunEntry]:
+def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> Iterator[RunEntry]:
     """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues;
     another queue's runs within its nominal core are skipped when the policy spares them."""
     ranked = [lst for name, s in sources.items() for lst in st.victims.accepted(name, option.flavor, s.accept)]
@@ -109,6 +116,51 @@ def _candidates(
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
         if not e.evicted and not (core and e.queue is not r.queue and e.id in core):
             yield e
+
+
+def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ranked: list[RunEntry]) -> list[RunEntry]:
+    """Victims reordered for multi-GPU pods: first those of the nodes that are cheapest to clear for one pod,
+    then the rest in victim order. A node's cost is the worst victim it needs (tier, then level, as in victim
+    order), then the work lost (with a fixed cost per victim).
+
+    In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
+    node is whole, and the victims it spares afterwards are not the cheapest whole nodes.
+    """
+    need = r.gpus_per_pod
+    pools = {p.name for p in option.pools}
+    cap, now, victims = st.cap, st.now, st.victims
+    on_node: dict[int, list[RunEntry]] = {}
+    for e in ranked:
+        for node in {slot[0] for slot in e.slots}:
+            if cap.node_pool[node] in pools:
+                on_node.setdefault(node, []).append(e)
+    costed: list[tuple[tuple[int, int], float, int, list[RunEntry]]] = []
+    for node, entries in on_node.items():
+        free = len(cap.free[node])
+        if free >= need:
+            continue
+        worst = (-(2**31), 0)
+        cost = 0.0
+        taken: list[RunEntry] = []
+        for e in entries:
+            free += sum(len(gpus) for n, gpus, _ in e.slots if n == node)
+            tier = e.tier.value if e.tier is not None else 0
+            worst = max(worst, (tier, -victims.level(e)))
+            cost += e.gpus * (e.lost_work_s(now) + _VICTIM_COST_S)
+            taken.append(e)
+            if free >= need:
+                costed.append((worst, cost, node, taken))
+                break
+    costed.sort(key=lambda item: item[:3])
+    first: dict[str, RunEntry] = {}
+    for *_, taken in costed:
+        for e in taken:
+            first.setdefault(e.id, e)
+    return [*first.values(), *(e for e in ranked if e.id not in first)]
+
+
+_VICTIM_COST_S = 900.0
+"""What stopping a victim costs beyond its lost work, in seconds per GPU (restart, requeue)."""
 
 
 def _may_take(st: CycleState, r: Resolved, e: RunEntry) -> bool:
@@ -143,7 +195,10 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
         mark = st.cap.mark()
         removed: list[RunEntry] = []
         fits = False
-        for e in _candidates(st, r, option, sources):
+        candidates: Iterable[RunEntry] = _candidates(st, r, option, sources)
+        if r.gpus_per_pod > 1:
+            candidates = _cheapest_nodes_first(st, r, option, list(candidates))
+        for e in candidates:
             if not _may_take(st, r, e):
                 continue
             st.release(e)

@@ -22,6 +22,10 @@ _TEMPLATES: dict[ReasonCode, str] = {
         "preempted by {preemptor} of queue {preemptor_queue}: it has had more GPU time (service level {level} > "
         "{preemptor_level}) at the same priority"
     ),
+    ReasonCode.PREEMPTED_FOR_STARVED_WORK: (
+        "preempted by {preemptor} of queue {preemptor_queue}, which has waited past the starvation guard: this "
+        "run had GPU time (service level {level}) and had not itself waited that long"
+    ),
     ReasonCode.INVALID_WORKLOAD: "cannot be scheduled under this policy: {error}",
     ReasonCode.NO_ELIGIBLE_POOL: "no pool of queue {queue} can take it: {pools}",
     ReasonCode.MAX_RUNNING_JOBS: "queue is at its max_running_jobs ({max_running_jobs})",

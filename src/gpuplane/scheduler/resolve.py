@@ -75,6 +75,7 @@ class Resolved:
     def promote(self) -> None:
         """The starvation guard fired: first in its tier from now on (its level no longer orders it)."""
         self.promoted = True
+        self.preemption_key = (*self.preemption_key, "promoted")
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
 
     @property

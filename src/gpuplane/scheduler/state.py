@@ -39,6 +39,8 @@ class RunEntry:
     """GPU-seconds received before this run started."""
     promoted: bool = False
     """Started after the starvation guard promoted it (and the policy protects such runs): level 0 for its run."""
+    aged: bool = False
+    """Started after the starvation guard promoted it, protected or not: never taken by other promoted work."""
 
     def level(self, now: float, thresholds_gpu_s: tuple[float, ...], protected: bool = True) -> int:
         """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far (0 for a
@@ -186,7 +188,13 @@ class CycleState:
                 protected = nominal_core([e for e in entries if e.promoted], queues)
             min_runtime = self.index.policy.scheduling.preemption.min_runtime_s
             self._victims = VictimIndex(
-                entries, self.now, self.index.level_thresholds_gpu_s, core, protected, min_runtime
+                entries,
+                self.now,
+                self.index.level_thresholds_gpu_s,
+                core,
+                protected,
+                min_runtime,
+                1 if self.index.promoted_preempt_borrowed else None,
             )
         return self._victims
 
@@ -226,9 +234,10 @@ class CycleState:
             resolved = resolve(run.workload, self.index)
             queue, tier, preemptible = resolved.queue, resolved.tier, resolved.preemptible
             duration = resolved.duration_s
-            promoted = self.index.protect_promoted and run.start_time >= resolved.promote_at
+            aged = run.start_time >= resolved.promote_at
+            promoted = self.index.protect_promoted and aged
         except InvalidWorkload:
-            queue, tier, preemptible, promoted = None, None, False, False
+            queue, tier, preemptible, promoted, aged = None, None, False, False, False
             duration = self.index.policy.workload_classes.get(run.workload.klass.value).default_duration_s
         if queue is not None:
             self.ledger.charge(queue, placement.flavor, milli)
@@ -247,6 +256,7 @@ class CycleState:
             checkpoint_interval=run.workload.checkpoint_interval_s,
             attained_gpu_s=run.workload.attained_gpu_s,
             promoted=promoted,
+            aged=aged,
         )
 
     def evict(self, entry: RunEntry) -> None:
@@ -329,6 +339,8 @@ class Standing(NamedTuple):
     tier: TierInfo
     level: int
     promoted: bool
+    aged: bool = False
+    """Started after the starvation guard promoted it (protected or not)."""
 
 
 def nominal_core(entries: Iterable[RunEntry], queues: Mapping[str, QueueInfo]) -> frozenset[str]:
@@ -370,6 +382,7 @@ class VictimIndex:
         core: frozenset[str] = frozenset(),
         protected: frozenset[str] | None = None,
         min_runtime_s: float | None = None,
+        aged_level: int | None = None,
     ) -> None:
         self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
@@ -388,11 +401,13 @@ class VictimIndex:
             if promoted:
                 self.promoted.add(e.id)
             level = e.level(now, thresholds_gpu_s, protected=promoted)
+            if e.aged and aged_level is not None:
+                level = min(level, aged_level)
             self.levels[e.id] = level
             if min_runtime_s is not None and now - e.start < min_runtime_s:
                 self.young.add(e.id)
             key = (e.queue.name, e.flavor)
-            standing = Standing(e.tier, level, promoted or e.id in self.young)
+            standing = Standing(e.tier, level, promoted or e.id in self.young, e.aged)
             self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
@@ -413,7 +428,7 @@ class VictimIndex:
     def standing(self, entry: RunEntry) -> Standing:
         """Tier, level and promotion of an indexed entry."""
         assert entry.tier is not None
-        return Standing(entry.tier, self.level(entry), entry.id in self.promoted or entry.id in self.young)
+        return Standing(entry.tier, self.level(entry), entry.id in self.promoted or entry.id in self.young, entry.aged)
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
