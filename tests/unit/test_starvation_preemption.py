@@ -130,3 +130,12 @@ def test_the_switch_without_a_guard_is_an_error_that_names_the_fix():
         policy(scheduling={"starvation_guard_preempts_borrowed": True})
     assert "scheduling.starvation_guard_preempts_borrowed" in str(err.value)
     assert "starvation_guard_hours" in str(err.value)
+
+
+def test_the_minimum_runtime_spares_young_runs_from_fresh_work_but_not_from_starved_work():
+    p = starving_policy(preemption={"min_runtime_s": 7200})
+    node_list, run = full_cluster(p, b_submit=12000, b_start=12000)  # 2.2 GPU-hours each by 13,000 s: level 1
+    assert not cycle(p, node_list, [job("fresh", klass="batch", t=12900)], run, now=13000).preempted
+    res = cycle(p, node_list, [starved()], run, now=13000)
+    (victim,) = res.preempted
+    assert victim.reason.code.value == "preempted_for_starved_work"

@@ -11,10 +11,16 @@ Allowed victims (and nothing else):
 2. preemptible work of another queue of the same cohort that is borrowing the flavor, when the preemptor
    stays within its own nominal quota (reclaim; ``reclaim_within_cohort`` decides if priority matters);
    otherwise, with ``service_levels.preempt_borrowed``, such borrowed work of the preemptor's tier at a
-   higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe).
+   higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe);
+3. with ``starvation_guard_preempts_borrowed``, for work the starvation guard has promoted: also borrowed work
+   of lower tiers, and work of its
+   tier, on its own queue or borrowed by another queue of the cohort, that has had GPU time (level 1 or
+   more) and had not itself been promoted when it started, even within its minimum runtime (it has waited
+   less). A run started after promotion stands at level 1 at most, so only fresh work may take it.
 Work that started after the starvation guard promoted it (where the policy protects such runs), and work
 that has run less than ``preemption.min_runtime_s`` (KAI Scheduler's minimum-runtime protection), is
-spared both the level rule and reclaim at its own tier or above: only a higher tier may stop it.
+spared both the level rule and reclaim at its own tier or above: only a higher tier (or, for young runs,
+starved work under rule 3) may stop it.
 With ``preemption.spare_oldest_within_nominal``, a queue's earliest-started runs that fit within its nominal
 quota are never taken by another queue (``state.nominal_core``).
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
@@ -62,7 +68,7 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
         return s.tier == r.tier and not s.promoted and s.level > r.level
 
     def waited_less(s: Standing) -> bool:
-        return starving and s.tier == r.tier and not s.promoted and not s.aged and s.level >= 1
+        return starving and s.tier == r.tier and not s.guarded and not s.aged and s.level >= 1
 
     def same_queue(s: Standing) -> bool:
         if s.tier.value < r.priority:

@@ -341,6 +341,8 @@ class Standing(NamedTuple):
     promoted: bool
     aged: bool = False
     """Started after the starvation guard promoted it (protected or not)."""
+    guarded: bool = False
+    """Protected by its promotion (``promoted`` without the minimum runtime's part)."""
 
 
 def nominal_core(entries: Iterable[RunEntry], queues: Mapping[str, QueueInfo]) -> frozenset[str]:
@@ -407,7 +409,7 @@ class VictimIndex:
             if min_runtime_s is not None and now - e.start < min_runtime_s:
                 self.young.add(e.id)
             key = (e.queue.name, e.flavor)
-            standing = Standing(e.tier, level, promoted or e.id in self.young, e.aged)
+            standing = Standing(e.tier, level, promoted or e.id in self.young, e.aged, promoted)
             self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
@@ -428,7 +430,8 @@ class VictimIndex:
     def standing(self, entry: RunEntry) -> Standing:
         """Tier, level and promotion of an indexed entry."""
         assert entry.tier is not None
-        return Standing(entry.tier, self.level(entry), entry.id in self.promoted or entry.id in self.young, entry.aged)
+        guarded = entry.id in self.promoted
+        return Standing(entry.tier, self.level(entry), guarded or entry.id in self.young, entry.aged, guarded)
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
