@@ -237,7 +237,15 @@ def _ordering_warnings(view: PolicyView, bundle: ExportBundle) -> None:
         bundle.warn(
             "scheduling.starvation_guard_hours",
             "the starvation guard",
-            "Kueue has no promotion of long-waiting workloads",
+            "Kueue has no promotion of long-waiting workloads"
+            + (", nor preemption rights for them" if scheduling.starvation_guard_preempts_borrowed else ""),
+            "dropped",
+        )
+    if scheduling.preemption.min_runtime_s is not None:
+        bundle.warn(
+            "scheduling.preemption.min_runtime_s",
+            "a minimum runtime before preemption",
+            "Kueue may preempt a workload as soon as it is admitted",
             "dropped",
         )
     if scheduling.backfill.mode == "easy":
