@@ -311,7 +311,7 @@ class _Cycle:
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
                 promoted=r.promoted and self.index.protect_promoted,
-                aged=r.promoted,
+                aged=r.promote_at <= st.now,
             )
         )
         details: dict[str, Any] = {

@@ -13,10 +13,10 @@ Allowed victims (and nothing else):
    otherwise, with ``service_levels.preempt_borrowed``, such borrowed work of the preemptor's tier at a
    higher level (least-attained-service across the cohort's borrowed GPUs; nominal quota stays safe);
 3. with ``starvation_guard_preempts_borrowed``, for work the starvation guard has promoted: also borrowed work
-   of lower tiers, and work of its
-   tier, on its own queue or borrowed by another queue of the cohort, that has had GPU time (level 1 or
-   more) and had not itself been promoted when it started, even within its minimum runtime (it has waited
-   less). A run started after promotion stands at level 1 at most, so only fresh work may take it.
+   of lower tiers, and work of its own tier, on its own queue or borrowed by another queue of the cohort,
+   that has had GPU time (level 1 or more) and had not itself been promoted when it started, even within
+   its minimum runtime (it has waited less). A run started after promotion stands at level 1 at most, so
+   only fresh work may take it.
 Work that started after the starvation guard promoted it (where the policy protects such runs), and work
 that has run less than ``preemption.min_runtime_s`` (KAI Scheduler's minimum-runtime protection), is
 spared both the level rule and reclaim at its own tier or above: only a higher tier (or, for young runs,
