@@ -160,7 +160,11 @@ def test_a_tier_list_kueue_cannot_express_is_named_in_a_warning():
 def test_policy_features_without_a_kubernetes_equivalent_are_reported():
     philly = export_kubernetes(load_policy(str(EXAMPLES / "philly.yaml")))
     fields = {w.field for w in philly.warnings}
-    assert {"scheduling.service_levels", "scheduling.starvation_guard_hours", "scheduling.preemption.min_runtime_s"} <= fields
+    assert {
+        "scheduling.service_levels",
+        "scheduling.starvation_guard_hours",
+        "scheduling.preemption.min_runtime_s",
+    } <= fields
     platform = export_kubernetes(load_policy(PLATFORM))
     fields = {w.field: w for w in platform.warnings}
     assert fields["teams[recsys].max_running_jobs"].effect == "dropped"
