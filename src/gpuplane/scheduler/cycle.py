@@ -176,7 +176,7 @@ class _Cycle:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
                 continue
             if not r.promoted and (r.promote_at <= now or (keep and r.workload.reserved_before)):
-                r.promote()
+                r.promote(self.index.promoted_preempt_borrowed)
             items = queues.get(r.queue.name)
             if items is None:
                 items = queues[r.queue.name] = []

@@ -36,7 +36,7 @@ from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.scheduler.admission import Admitter, Fit
 from gpuplane.scheduler.index import QueueInfo
 from gpuplane.scheduler.resolve import FlavorOption, Resolved
-from gpuplane.scheduler.state import CycleState, RunEntry, Standing
+from gpuplane.scheduler.state import CycleState, RunEntry, Standing, victim_rank
 
 
 @dataclass(slots=True)
@@ -150,9 +150,9 @@ def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ran
         taken: list[RunEntry] = []
         for e in entries:
             free += sum(len(gpus) for n, gpus, _ in e.slots if n == node)
-            tier = e.tier.value if e.tier is not None else 0
-            worst = max(worst, (tier, -victims.level(e)))
-            cost += e.gpus * (e.lost_work_s(now) + _VICTIM_COST_S)
+            tier, neg_level, lost, *_ = victim_rank(e, now, victims.level(e))
+            worst = max(worst, (tier, neg_level))
+            cost += e.gpus * (lost + _VICTIM_COST_S)
             taken.append(e)
             if free >= need:
                 costed.append((worst, cost, node, taken))

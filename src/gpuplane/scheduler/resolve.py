@@ -72,10 +72,13 @@ class Resolved:
     order: tuple[int, bool, int, float, str] = (0, True, 0, 0.0, "")
     """Order within its queue: higher tier, promoted, lower level, earlier submission, id."""
 
-    def promote(self) -> None:
-        """The starvation guard fired: first in its tier from now on (its level no longer orders it)."""
+    def promote(self, preempts: bool) -> None:
+        """The starvation guard fired: first in its tier from now on (its level no longer orders it). With
+        ``preempts`` (the policy gives promoted work preemption rights) its victim search differs from its
+        unpromoted twins', so it no longer shares their remembered failed searches."""
         self.promoted = True
-        self.preemption_key = (*self.preemption_key, "promoted")
+        if preempts:
+            self.preemption_key = (*self.preemption_key, "promoted")
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
 
     @property
