@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -127,6 +128,25 @@ def _write_outputs(args: argparse.Namespace, console: Console, data: object, pag
         console.print(f"report written to {args.html}")
 
 
+UNDERLOADED_QUEUE_S = 300.0
+
+
+def _underloaded_hint(data: dict[str, Any]) -> str | None:
+    """A note when every compared policy kept the average wait under five minutes.
+
+    On a cluster that the trace barely loads every policy starts every job at once and the comparison
+    says nothing; the note names the offered load and the options that resize the cluster.
+    """
+    policies = data["policies"]
+    if len(policies) < 2 or max(p["avg_queue_s"] for p in policies.values()) >= UNDERLOADED_QUEUE_S:
+        return None
+    return (
+        f"note: no policy kept jobs waiting {UNDERLOADED_QUEUE_S / 60:.0f} minutes on average (offered load "
+        f"{data['cluster']['offered_load']:.2f}): the cluster is too large for this trace to tell the policies "
+        "apart; shrink it with --load (a fraction such as 0.7) or --gpus N"
+    )
+
+
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Replay a trace through one or more policies on the same cluster and report every figure."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -193,6 +213,9 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
             f"{p['jobs_per_s']:,.0f}",
         )
     Console(width=max(console.width, 120)).print(table)
+    hint = _underloaded_hint(data)
+    if hint:
+        console.print(f"[yellow]{hint}[/yellow]")
 
     def page() -> str:
         from gpuplane.sim.report import render_html

@@ -226,6 +226,28 @@ def test_compare_and_cli_write_every_documented_key(tmp_path: Path):
     assert page.read_text().count("data:image/png;base64,") == 4
 
 
+def _simulate_cli(tmp_path: Path, jobs: list[TraceJob]) -> int:
+    trace_file = tmp_path / "jobs.csv"
+    rows = ["id,team,submit_s,duration_s,gpus"] + [
+        f"{j.id},{j.team},{j.submit_s},{j.duration_s},{j.gpus}" for j in jobs
+    ]
+    trace_file.write_text("\n".join(rows) + "\n")
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(POLICY))
+    return main(
+        ["simulate", "--policy", str(policy_file), "--trace", f"gpuplane:{trace_file}", "--compare", "fifo,gpuplane"]
+    )
+
+
+def test_cli_says_when_the_cluster_is_too_large_to_tell_policies_apart(tmp_path: Path, capsys):
+    sparse = [TraceJob(f"s{i}", "a", i * 3600.0, 600.0, 2) for i in range(10)]
+    assert _simulate_cli(tmp_path, sparse) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "too large for this trace to tell the policies apart" in out and "--load" in out
+    assert _simulate_cli(tmp_path, list(busy_trace(60).jobs)) == 0
+    assert "too large" not in capsys.readouterr().out
+
+
 def test_cli_reports_bad_trace_without_traceback(tmp_path: Path, capsys):
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(POLICY))
