@@ -267,7 +267,6 @@ def test_protection_within_nominal_covers_a_queues_earliest_promoted_runs_up_to_
     assert not cycle(everyone, node_list, [job("fresh", klass="batch", t=7000)], run, now=9000).preempted
 
 
-
 def test_min_runtime_spares_a_young_run_from_less_served_work_until_it_has_run_long_enough():
     p = policy(
         scheduling={

@@ -355,7 +355,6 @@ class _Cycle:
             self.preempt_memo[key] = min(r.required, self.preempt_memo.get(key, r.required))
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
-        starving = r.promoted and self.index.promoted_preempt_borrowed
         for victim in plan.victims:
             assert victim.queue is not None and victim.tier is not None
             same_queue = victim.queue is r.queue
@@ -364,7 +363,7 @@ class _Cycle:
                 code = ReasonCode.PREEMPTED_TO_RECLAIM_QUOTA
             elif victim.tier.value < r.priority:
                 code = ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY
-            elif starving and level <= r.level:
+            elif r.starving and level <= r.level:
                 code = ReasonCode.PREEMPTED_FOR_STARVED_WORK
             else:
                 code = ReasonCode.PREEMPTED_FOR_LESS_SERVED

@@ -62,13 +62,12 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     other queues' work would be reclaimed quota (else it would lose to less-served work)."""
     flavor = option.flavor
     by_level = st.index.level_preemption
-    starving = r.promoted and st.index.promoted_preempt_borrowed
 
     def more_served(s: Standing) -> bool:
         return s.tier == r.tier and not s.promoted and s.level > r.level
 
     def waited_less(s: Standing) -> bool:
-        return starving and s.tier == r.tier and not s.guarded and not s.aged and s.level >= 1
+        return r.starving and s.tier == r.tier and not s.guarded and not s.aged and s.level >= 1
 
     def same_queue(s: Standing) -> bool:
         if s.tier.value < r.priority:
@@ -92,7 +91,7 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
 
     if within_nominal and reclaim != "never":
         accept = reclaimable
-    elif starving:
+    elif r.starving:
         accept = more_served_or_waited_less
     elif st.index.level_preemption_of_borrowed:
         accept = more_served

@@ -69,6 +69,8 @@ class Resolved:
     promote_at: float = math.inf
     """When the starvation guard promotes it: submission + time already run + the guard."""
     promoted: bool = False
+    starving: bool = False
+    """Promoted, and the policy gives promoted work preemption rights (``starvation_guard_preempts_borrowed``)."""
     order: tuple[int, bool, int, float, str] = (0, True, 0, 0.0, "")
     """Order within its queue: higher tier, promoted, lower level, earlier submission, id."""
 
@@ -77,6 +79,7 @@ class Resolved:
         ``preempts`` (the policy gives promoted work preemption rights) its victim search differs from its
         unpromoted twins', so it no longer shares their remembered failed searches."""
         self.promoted = True
+        self.starving = preempts
         if preempts:
             self.preemption_key = (*self.preemption_key, "promoted")
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
