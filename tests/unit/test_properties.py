@@ -71,7 +71,10 @@ def policies(draw):
     ]
     scheduling = {
         "fair_sharing": draw(st.booleans()),
-        "backfill": {"mode": draw(st.sampled_from(["easy", "greedy", "strict"]))},
+        "backfill": {
+            "mode": draw(st.sampled_from(["easy", "greedy", "strict"])),
+            "keep_reservations": draw(st.booleans()),
+        },
         "preemption": {
             "enabled": draw(st.booleans()),
             "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"])),
@@ -127,6 +130,7 @@ def workloads(draw, prefix, t):
         min_count=draw(st.integers(1, pods)) if pods > 1 and draw(st.booleans()) else None,
         topology=draw(st.sampled_from([None, TopologyMode.REQUIRED, TopologyMode.NONE])),
         attained_gpu_s=draw(st.sampled_from([0.0, 0.0, 3000.0, 20_000.0])),
+        reserved_before=draw(st.booleans()),
     )
 
 

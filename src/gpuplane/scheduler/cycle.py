@@ -310,7 +310,6 @@ class _Cycle:
                 checkpoint_interval=r.workload.checkpoint_interval_s,
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
-                promoted=r.promoted and self.index.protect_promoted,
                 aged=r.promote_at <= st.now,
             )
         )

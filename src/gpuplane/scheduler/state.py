@@ -37,15 +37,14 @@ class RunEntry:
     evicted: bool = False
     attained_gpu_s: float = 0.0
     """GPU-seconds received before this run started."""
-    promoted: bool = False
-    """Started after the starvation guard promoted it (and the policy protects such runs): level 0 for its run."""
     aged: bool = False
-    """Started after the starvation guard promoted it, protected or not: never taken by other promoted work."""
+    """Started after the starvation guard promoted it: never taken by other promoted work, and protected
+    when the policy's ``starvation_guard_protects_runs`` says so."""
 
-    def level(self, now: float, thresholds_gpu_s: tuple[float, ...], protected: bool = True) -> int:
+    def level(self, now: float, thresholds_gpu_s: tuple[float, ...], protected: bool = False) -> int:
         """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far (0 for a
         promoted run while its promotion protects it)."""
-        if not thresholds_gpu_s or (self.promoted and protected):
+        if not thresholds_gpu_s or protected:
             return 0
         return service_level(thresholds_gpu_s, self.attained_gpu_s + self.gpus * max(0.0, now - self.start))
 
@@ -183,9 +182,13 @@ class CycleState:
             entries = [e for e in self.running.values() if not e.admitted_now]
             queues = self.index.queues
             core = nominal_core(entries, queues) if self.index.spare_nominal_core else frozenset()
-            protected = None
-            if self.index.protect_promoted_within_nominal:
-                protected = nominal_core([e for e in entries if e.promoted], queues)
+            aged = [e for e in entries if e.aged]
+            if not self.index.protect_promoted:
+                protected: frozenset[str] = frozenset()
+            elif self.index.protect_promoted_within_nominal:
+                protected = nominal_core(aged, queues)
+            else:
+                protected = frozenset(e.id for e in aged)
             min_runtime = self.index.policy.scheduling.preemption.min_runtime_s
             self._victims = VictimIndex(
                 entries,
@@ -235,9 +238,8 @@ class CycleState:
             queue, tier, preemptible = resolved.queue, resolved.tier, resolved.preemptible
             duration = resolved.duration_s
             aged = run.start_time >= resolved.promote_at
-            promoted = self.index.protect_promoted and aged
         except InvalidWorkload:
-            queue, tier, preemptible, promoted, aged = None, None, False, False, False
+            queue, tier, preemptible, aged = None, None, False, False
             duration = self.index.policy.workload_classes.get(run.workload.klass.value).default_duration_s
         if queue is not None:
             self.ledger.charge(queue, placement.flavor, milli)
@@ -255,7 +257,6 @@ class CycleState:
             last_checkpoint=run.last_checkpoint_time,
             checkpoint_interval=run.workload.checkpoint_interval_s,
             attained_gpu_s=run.workload.attained_gpu_s,
-            promoted=promoted,
             aged=aged,
         )
 
@@ -382,7 +383,7 @@ class VictimIndex:
         now: float,
         thresholds_gpu_s: tuple[float, ...] = (),
         core: frozenset[str] = frozenset(),
-        protected: frozenset[str] | None = None,
+        protected: frozenset[str] = frozenset(),
         min_runtime_s: float | None = None,
         aged_level: int | None = None,
     ) -> None:
@@ -392,14 +393,14 @@ class VictimIndex:
         self.core = core
         """Ids of runs spared from other queues' preemption (``nominal_core``); empty unless the policy asks."""
         self.promoted: set[str] = set()
-        """Ids of promoted runs whose promotion protects them (all promoted runs, or with
+        """Ids of promoted runs whose promotion protects them (``protected``: all promoted runs, or with
         ``starvation_guard_protects_runs: within_nominal`` the earliest that fit the queue's nominal quota)."""
         self.young: set[str] = set()
         """Ids of runs within ``preemption.min_runtime_s`` of their start: spared like promoted runs."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
-            promoted = e.promoted and (protected is None or e.id in protected)
+            promoted = e.id in protected
             if promoted:
                 self.promoted.add(e.id)
             level = e.level(now, thresholds_gpu_s, protected=promoted)
