@@ -9,6 +9,7 @@ targets, printed (never asserted):
 
     python bench/philly_quality.py                  # 650 GPUs, policy src/gpuplane/examples/philly.yaml
     python bench/philly_quality.py --gpus 700 --json out.json --html out.html
+    python bench/philly_quality.py --gpus 600 --set scheduling.starvation_guard_hours=130   # a smaller cluster
 
 Whole trace, four policies: about 2-4 minutes on 2 cores with the default 2 workers (131 s at 648 GPUs,
 about 8 minutes at 600 where FIFO with quotas is saturated and every cycle looks at every pending job).
@@ -42,6 +43,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, default=650)
     parser.add_argument("--policy", default=str(POLICY))
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change a policy field, as `gpuplane simulate --set` does (repeatable)",
+    )
     parser.add_argument("--workers", type=int, default=2, help="policies simulated at once (processes)")
     parser.add_argument("--json", help="write every figure to this file")
     parser.add_argument("--html", help="write the report with plots to this file")
@@ -55,10 +63,10 @@ def main() -> int:
     def progress(name: str, jobs: int) -> None:
         print(f"  {name}: {jobs:,} jobs ({time.perf_counter() - started:.0f} s so far)", flush=True)
 
-    comparison = compare(
-        load_policy(args.policy), trace, Options(policies=POLICIES, gpus=args.gpus, workers=args.workers), progress
-    )
+    policy = load_policy(args.policy, args.set)
+    comparison = compare(policy, trace, Options(policies=POLICIES, gpus=args.gpus, workers=args.workers), progress)
     print(
+        f"policy {args.policy}, starvation guard {policy.scheduling.starvation_guard_hours} h; "
         f"Philly, {len(trace.jobs):,} jobs on {comparison.cluster.gpus} GPUs, offered load "
         f"{comparison.cluster.offered_load:.2f}, {time.perf_counter() - started:.0f} s"
     )

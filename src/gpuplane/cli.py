@@ -42,8 +42,9 @@ def _summary(policy: PolicySpec) -> str:
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     """Validate a policy file: exit 0 when valid, 2 with every problem listed when not."""
-    policy = load_policy(args.policy)
-    console.print(f"[green]{args.policy}: valid[/green] - {_summary(policy)}")
+    policy = load_policy(args.policy, args.set)
+    label = " ".join([args.policy, *(f"--set {o}" for o in args.set)])
+    console.print(f"[green]{label}: valid[/green] - {_summary(policy)}")
     return 0
 
 
@@ -154,7 +155,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     from gpuplane.sim.readers import read_trace
     from gpuplane.sim.runner import Options, compare
 
-    policy = load_policy(args.policy)
+    policy = load_policy(args.policy, args.set)
     trace = read_trace(args.trace)
     if args.limit:
         trace = trace.head(args.limit)
@@ -347,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="validate a policy file (exit 2 when invalid)")
     check.add_argument("policy")
+    check.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="check with this change")
     check.set_defaults(func=cmd_check)
     sched = sub.add_parser("schedule", help="run one scheduling cycle on a snapshot file")
     sched.add_argument("--policy", required=True)
@@ -360,6 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
     why.set_defaults(func=cmd_explain)
     sim = sub.add_parser("simulate", help="replay a cluster trace through one or more policies")
     sim.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
+    sim.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change one policy field for this run, e.g. scheduling.starvation_guard_hours=130 (repeatable)",
+    )
     sim.add_argument(
         "--trace", required=True, help="KIND:PATH, KIND one of philly-pollux, alibaba-openb, gavel, gpuplane"
     )

@@ -126,3 +126,45 @@ def test_cli_check_exit_codes(tmp_path, capsys):
     assert "unknown pool 'inference-a10'" in err and "Traceback" not in err
     assert main(["check", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read the file" in capsys.readouterr().err
+
+
+def test_overrides_change_fields_and_are_validated_like_the_file():
+    base = load_policy(str(EXAMPLE))
+    changed = load_policy(
+        str(EXAMPLE),
+        [
+            "scheduling.starvation_guard_hours=30",
+            "teams.0.max_gpus=12",
+            "scheduling.service_levels.thresholds_gpu_hours=[1, 10]",
+        ],
+    )
+    assert base.scheduling.starvation_guard_hours != 30 and changed.scheduling.starvation_guard_hours == 30
+    assert changed.teams[0].max_gpus == 12 and changed.teams[1:] == base.teams[1:]
+    assert changed.scheduling.service_levels is not None
+    assert list(changed.scheduling.service_levels.thresholds_gpu_hours) == [1.0, 10.0]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("scheduling.starvation_guard_hours=-1", "scheduling.starvation_guard_hours: Input should be greater than 0"),
+        ("scheduling.starvation_gard_hours=1", "did you mean 'starvation_guard_hours'"),
+        ("teams.40.max_gpus=1", "teams: no item '40' in this list of 4"),
+        ("default_priority.x=1", "default_priority: is a value, not a section"),
+        ("scheduling.fair_sharing", "is not FIELD=VALUE"),
+    ],
+)
+def test_bad_overrides_name_the_field_and_the_fix(override, expected):
+    with pytest.raises(PolicyError) as info:
+        load_policy(str(EXAMPLE), [override])
+    text = str(info.value)
+    assert expected in text and "Fix:" in text
+    assert all(i.line is None for i in info.value.issues), "lines of the rewritten document would mislead"
+
+
+def test_cli_check_takes_overrides(capsys):
+    assert main(["check", str(EXAMPLE), "--set", "scheduling.fair_sharing=false"]) == 0
+    assert "--set scheduling.fair_sharing=false: valid" in capsys.readouterr().out
+    assert main(["check", str(EXAMPLE), "--set", "teams.0.quotas.h100-80gb.nominal=100000"]) == 2
+    err = capsys.readouterr().err
+    assert "h100-80gb.nominal" in err and "add up to" in err and "Traceback" not in err
