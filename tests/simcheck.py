@@ -29,3 +29,20 @@ def check_conservation(result: SimResult, speeds: dict[str, float] | None = None
     assert math.isclose(result.allocated_gpu_s, held, rel_tol=1e-9, abs_tol=1e-3), (
         f"cluster accounting {result.allocated_gpu_s} != per-job {held}"
     )
+    check_reasons(result)
+
+
+def check_reasons(result: SimResult) -> None:
+    """Every second a job did not run is attributed to exactly one wait reason of its team, and every stop to
+    one preemption reason."""
+    waited: dict[str, float] = {}
+    stops: dict[str, int] = {}
+    for r in result.records:
+        end = result.end_time if r.end is None else r.end
+        waited[r.job.team] = waited.get(r.job.team, 0.0) + (end - r.job.submit_s - r.run_s)
+        stops[r.job.team] = stops.get(r.job.team, 0) + r.preemptions
+    for team, seconds in waited.items():
+        attributed = sum(result.wait_s_by_reason.get(team, {}).values())
+        assert math.isclose(attributed, seconds, rel_tol=1e-9, abs_tol=1e-3), f"{team}: {attributed} != {seconds}"
+        assert sum(result.preemptions_by_reason.get(team, {}).values()) == stops[team], team
+    assert set(result.wait_s_by_reason) <= set(waited) and set(result.preemptions_by_reason) <= set(stops)

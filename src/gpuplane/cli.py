@@ -214,6 +214,12 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
             f"{p['jobs_per_s']:,.0f}",
         )
     Console(width=max(console.width, 120)).print(table)
+    for name, p in data["policies"].items():
+        waits = p["wait_hours_by_reason"]
+        total = sum(waits.values())
+        if total > 0:
+            top = ", ".join(f"{code} {hours / total:.0%}" for code, hours in list(waits.items())[:3])
+            console.print(f"{name}: {total:,.0f} job-hours waiting; {top}")
     hint = _underloaded_hint(data)
     if hint:
         console.print(f"[yellow]{hint}[/yellow]")

@@ -223,7 +223,8 @@ def test_compare_and_cli_write_every_documented_key(tmp_path: Path):
             assert key in figures
         assert set(figures["per_team"]) == {"a", "b"}
     assert data["cluster"]["gpus"] == 32 and data["trace"]["jobs"] == 30
-    assert page.read_text().count("data:image/png;base64,") == 4
+    assert page.read_text().count("data:image/png;base64,") == 5
+    assert "Where the waiting went" in page.read_text()
 
 
 def _simulate_cli(tmp_path: Path, jobs: list[TraceJob]) -> int:
@@ -342,3 +343,17 @@ def test_fractional_jobs_share_a_gpu_where_the_pool_shares_gpus():
     shares = [r for r in result.records if r.job.id.startswith("f")]
     assert all(r.gpus == 0.5 and r.workload.pods.gpu_milli == 500 for r in shares)
     assert result.allocated_gpu_s == pytest.approx(1000.0 * (4 * 0.5 + 1))
+
+
+def test_waiting_is_attributed_to_the_reasons_the_scheduler_gave():
+    tr = trace([TraceJob("big", "a", 0.0, 1000.0, 32), TraceJob("small", "b", 10.0, 100.0, 8)])
+    fifo = run("fifo", tr)  # one queue, no preemption: the small job waits for the big one to finish
+    assert fifo.wait_s_by_reason == {"b": {"awaiting_cycle": 20.0, "quota_nominal_exceeded": 970.0}}
+    assert fifo.preemptions_by_reason == {}
+    ours = run("gpuplane", tr)  # team b reclaims its nominal quota from a's borrowed GPUs at the first cycle
+    assert ours.preemptions_by_reason == {"a": {"preempted_to_reclaim_quota": 1}}
+    assert ours.wait_s_by_reason == {"b": {"awaiting_cycle": 20.0}, "a": {"preempted_to_reclaim_quota": 100.0}}
+    figures = summarize(ours)
+    assert figures["preemptions_by_reason"] == {"preempted_to_reclaim_quota": 1}
+    assert figures["per_team"]["a"]["wait_hours_by_reason"] == {"preempted_to_reclaim_quota": 100.0 / 3600}
+    assert figures["per_team"]["b"]["preemptions_by_reason"] == {}

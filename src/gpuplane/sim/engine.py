@@ -24,7 +24,7 @@ from enum import IntEnum
 from typing import Protocol
 
 from gpuplane.model import DecisionKind, Node, PodSet, Workload, WorkloadClass
-from gpuplane.model.decision import Decision
+from gpuplane.model.decision import Decision, ReasonCode
 from gpuplane.model.placement import Placement
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex
@@ -77,6 +77,13 @@ class Event(IntEnum):
 
 
 _NODE_EVENTS = frozenset({Event.NODE_DOWN, Event.NODE_UP, Event.NODE_READY, Event.AUTOSCALE})
+AWAITING_CYCLE = "awaiting_cycle"
+"""Wait label of a submitted job that no cycle has looked at yet. A stopped job waits under its stop's
+reason until a cycle looks at it (cycles run only when something changed)."""
+SPOT_INTERRUPTION = "spot_interruption"
+"""Stop label of runs on a spot node that was reclaimed (not a scheduler decision)."""
+CONSOLIDATION = "consolidation"
+"""Stop label of runs the node autoscaler moved off an under-used node."""
 
 
 @dataclass(slots=True)
@@ -100,6 +107,10 @@ class JobRecord:
     version: int = 0
     tier: str | None = None
     attained: float = 0.0
+    wait_code: str = AWAITING_CYCLE
+    """Why it waits now: the reason code of its latest wait decision, else of its stop (``awaiting_cycle``
+    before its first)."""
+    wait_since: float = 0.0
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds of service received so far, including the current run."""
@@ -146,6 +157,12 @@ class SimResult:
     autoscaled)."""
     node_scaling: dict[str, object] | None = None
     """Nodes added and removed and decisions per reason code, when the node autoscaler ran."""
+    wait_s_by_reason: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per team, seconds its jobs spent waiting under each reason code (jobs that never finished up to the
+    end of the run): every second between a job's submission and its end that it did not run, once."""
+    preemptions_by_reason: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per team, how many of its runs were stopped under each reason code (spot interruptions, lost nodes
+    and consolidation included)."""
 
 
 def pods_for(job: TraceJob, gpus_per_node: int, sharing: bool = False) -> PodSet:
@@ -228,6 +245,8 @@ class Simulation:
         self.interrupted_lost_gpu_s = 0.0
         self.keep_reservations = self.policy.scheduling.backfill.keep_reservations
         self.consolidation_moves = 0
+        self.wait_s: dict[str, dict[str, float]] = {}
+        self.stops: dict[str, dict[str, int]] = {}
         self.consolidation_lost_gpu_s = 0.0
         self.node_down_s = 0.0
         self.capacity_gpus = sum(n.gpus for n in nodes)
@@ -297,6 +316,8 @@ class Simulation:
                 self.cycle_queued_at = None
                 self._cycle(now)
         self._account(now)
+        for record in self.pending.values():
+            self._close_wait(record, now)
         return SimResult(
             variant=self.variant.name,
             capacity_gpus=sum(n.gpus for n in self.nodes),
@@ -315,6 +336,8 @@ class Simulation:
             pending_gpu_s=self.pending_gpu_s,
             provisioned_gpu_s=self.provisioned_gpu_s,
             node_scaling=None if self.scaler is None else self._scaling_figures(),
+            wait_s_by_reason=self.wait_s,
+            preemptions_by_reason=self.stops,
         )
 
     def _account(self, now: float) -> None:
@@ -367,12 +390,14 @@ class Simulation:
         record.workload = self._workload(record, record.tier)
         if job.gpu_types and record.workload.pools is None:
             self.untyped_jobs += 1
+        record.wait_since = now
         self.records[job.id] = record
         self.pending[job.id] = record
         self.pending_gpus += job.gpus
         self._queue_cycle(now)
 
     def _start(self, record: JobRecord, placement: Placement, now: float) -> None:
+        self._close_wait(record, now)
         record.run_start = now
         if record.workload.reserved_before:
             record.workload = dataclasses.replace(record.workload, reserved_before=False)
@@ -386,6 +411,16 @@ class Simulation:
         self.pending_gpus -= record.job.gpus
         self._push(now + record.remaining_s / record.speed, Event.FINISH, record.job.id, record.version)
         self._push_retier(record, now)
+
+    def _close_wait(self, record: JobRecord, now: float) -> None:
+        """Add the time since ``wait_since`` to the team's waiting under the job's current wait code."""
+        waited = now - record.wait_since
+        if waited > 0.0:
+            by_code = self.wait_s.get(record.job.team)
+            if by_code is None:
+                by_code = self.wait_s[record.job.team] = {}
+            by_code[record.wait_code] = by_code.get(record.wait_code, 0.0) + waited
+        record.wait_since = now
 
     def _gpus_of(self, placement: Placement) -> float:
         mig = self.index.pools[placement.pool].mig
@@ -434,7 +469,7 @@ class Simulation:
         for wid in self.state.node_down(name):
             record = self.records[wid]
             lost_before = record.lost_s
-            self._preempted(record, now)
+            self._preempted(record, now, SPOT_INTERRUPTION)
             record.interruptions += 1
             self.interrupted_lost_gpu_s += (record.lost_s - lost_before) * record.gpus
         self._push(now + self.spot[name][1], Event.NODE_UP, name)
@@ -447,8 +482,11 @@ class Simulation:
         self._push_interruption(name, now)
         self._queue_cycle(now)
 
-    def _preempted(self, record: JobRecord, now: float) -> None:
+    def _preempted(self, record: JobRecord, now: float, reason: str) -> None:
         ran = self._stop(record, now)
+        stops = self.stops.setdefault(record.job.team, {})
+        stops[reason] = stops.get(reason, 0) + 1
+        record.wait_code, record.wait_since = reason, now  # until a cycle looks at it again
         checkpoint = record.checkpoint_s
         kept = (ran // checkpoint) * checkpoint if checkpoint else 0.0
         record.lost_s += ran - kept
@@ -484,7 +522,7 @@ class Simulation:
         for wid in drained:
             record = self.records[wid]
             lost_before = record.lost_s
-            self._preempted(record, now)
+            self._preempted(record, now, CONSOLIDATION)
             self.consolidation_moves += 1
             self.consolidation_lost_gpu_s += (record.lost_s - lost_before) * record.gpus
         if released:
@@ -530,9 +568,24 @@ class Simulation:
 
     def _apply(self, result: CycleResult, now: float) -> None:
         self.decisions += result.decision_count
+        records = self.records
         for decision in result.decided:
-            if decision.kind is DecisionKind.PREEMPT:
-                self._preempted(self.records[decision.workload_id], now)
+            kind = decision.kind
+            if kind is DecisionKind.WAIT:
+                record = records[decision.workload_id]
+                code = decision.reason.code.value
+                if record.wait_code != code:
+                    self._close_wait(record, now)
+                    record.wait_code = code
+            elif kind is DecisionKind.PREEMPT:
+                self._preempted(records[decision.workload_id], now, decision.reason.code.value)
+        if result.blocked_tail:
+            blocked = ReasonCode.BLOCKED_BY_QUEUE_HEAD.value
+            for wid, _head, _position in result.blocked_tail:
+                record = records[wid]
+                if record.wait_code != blocked:
+                    self._close_wait(record, now)
+                    record.wait_code = blocked
         for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
                 self._start(self.records[decision.workload_id], decision.placement, now)

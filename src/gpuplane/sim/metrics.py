@@ -49,6 +49,24 @@ def _job_figures(records: list[JobRecord]) -> tuple[list[float], list[float], li
     return jct, queue, slowdown
 
 
+def _by_reason(counts: list[dict[str, int]]) -> dict[str, int]:
+    """Counts per reason code summed over teams, largest first."""
+    total: dict[str, int] = defaultdict(int)
+    for by_code in counts:
+        for code, n in by_code.items():
+            total[code] += n
+    return dict(sorted(total.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _hours_by_reason(waits: list[dict[str, float]]) -> dict[str, float]:
+    """Job-hours of waiting per reason code summed over teams, largest first: where the queueing went."""
+    total: dict[str, float] = defaultdict(float)
+    for by_code in waits:
+        for code, seconds in by_code.items():
+            total[code] += seconds / 3600
+    return dict(sorted(total.items(), key=lambda item: (-item[1], item[0])))
+
+
 def summarize(result: SimResult) -> dict[str, Any]:
     """Every figure of one run, JSON-ready (keys documented in docs/simulate.md)."""
     done = [r for r in result.records if r.end is not None]
@@ -60,7 +78,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
     per_team: dict[str, list[JobRecord]] = defaultdict(list)
     for r in done:
         per_team[r.job.team].append(r)
-    teams = {}
+    teams: dict[str, dict[str, Any]] = {}
     for team, records in sorted(per_team.items()):
         t_jct, t_queue, t_slow = _job_figures(records)
         teams[team] = {
@@ -71,6 +89,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
             "max_queue_s": _stats(t_queue)["max"],
             "mean_slowdown": _stats(t_slow)["mean"],
             "gpu_hours": sum(r.run_s * r.gpus for r in records) / 3600,
+            "wait_hours_by_reason": _hours_by_reason([result.wait_s_by_reason.get(team, {})]),
+            "preemptions_by_reason": _by_reason([result.preemptions_by_reason.get(team, {})]),
         }
     cost = {
         pool: {"gpu_hours": gpu_s / 3600, "cost": gpu_s / 3600 * result.gpu_price_per_hour.get(pool, 0.0)}
@@ -95,6 +115,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "allocated_gpu_hours": result.allocated_gpu_s / 3600,
         "preemptions": sum(r.preemptions for r in result.records),
         "lost_gpu_hours": lost_gpu_s / 3600,
+        "wait_hours_by_reason": _hours_by_reason(list(result.wait_s_by_reason.values())),
+        "preemptions_by_reason": _by_reason(list(result.preemptions_by_reason.values())),
         "spot_interruptions": result.interruptions,
         "interrupted_jobs": sum(r.interruptions for r in result.records),
         "lost_gpu_hours_to_interruptions": result.interrupted_lost_gpu_s / 3600,

@@ -75,6 +75,37 @@ def _team_waits(summaries: dict[str, dict[str, Any]]) -> str:
     return _png(fig)
 
 
+WAIT_REASONS_SHOWN = 7
+
+
+def _wait_reasons(summaries: dict[str, dict[str, Any]]) -> str:
+    """Job-hours of waiting per policy, stacked by reason code (the largest codes, the rest as 'other')."""
+    totals: dict[str, float] = {}
+    for summary in summaries.values():
+        for code, hours in summary["wait_hours_by_reason"].items():
+            totals[code] = totals.get(code, 0.0) + hours
+    shown = sorted(totals, key=lambda code: -totals[code])[:WAIT_REASONS_SHOWN]
+    names = list(summaries)
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(names) + 1.6))
+    left = np.zeros(len(names))
+    for code in [*shown, "other"]:
+        hours = np.array(
+            [
+                sum(h for c, h in summaries[n]["wait_hours_by_reason"].items() if c not in shown)
+                if code == "other"
+                else summaries[n]["wait_hours_by_reason"].get(code, 0.0)
+                for n in names
+            ]
+        )
+        if hours.any():
+            ax.barh(names, hours, left=left, label=code)
+            left += hours
+    ax.invert_yaxis()
+    ax.set_xlabel("job-hours waiting")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3)
+    return _png(fig)
+
+
 def render_html(comparison: Comparison) -> str:
     """The report as one HTML page."""
     data = comparison.to_dict()
@@ -95,6 +126,7 @@ def render_html(comparison: Comparison) -> str:
         ("Queue length over time", _timeline(comparison, "pending", "pending jobs")),
         ("Job completion time, CDF", _jct_cdf(comparison)),
         ("p99 queueing delay per team", _team_waits(comparison.summaries)),
+        ("Where the waiting went: job-hours per wait reason", _wait_reasons(comparison.summaries)),
     ]
     figures = "".join(f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in images)
     skipped = ", ".join(f"{k}: {v}" for k, v in trace["skipped"].items()) or "none"
