@@ -53,28 +53,24 @@ def _apply(document: Any, override: str, filename: str) -> None:
         ) from None
     node: Any = document
     done: Path = ()
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise PolicyError(
-                    filename,
-                    [PolicyIssue(done, f"no item '{part}' in this list of {len(node)}", "use an index from 0")],
-                )
-            index = int(part)
-            if last:
-                node[index] = value
-                return
-            node, done = node[index], (*done, index)
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-                return
-            if part not in node or node[part] is None:
-                node[part] = {}
-            node, done = node[part], (*done, part)
-        else:
-            raise PolicyError(
-                filename,
-                [PolicyIssue(done, f"is a value, not a section: cannot set '{part}' in it", "set the field itself")],
-            )
+    for part in parts[:-1]:
+        step = _key(node, part, done, filename)
+        if isinstance(node, dict) and node.get(step) is None:
+            node[step] = {}
+        node, done = node[step], (*done, step)
+    node[_key(node, parts[-1], done, filename)] = value
+
+
+def _key(node: Any, part: str, done: Path, filename: str) -> str | int:
+    """``part`` as a key of the section ``node`` (a list index in a list); a PolicyError where it cannot be."""
+    if isinstance(node, dict):
+        return part
+    if isinstance(node, list):
+        if part.isdigit() and int(part) < len(node):
+            return int(part)
+        raise PolicyError(
+            filename, [PolicyIssue(done, f"no item '{part}' in this list of {len(node)}", "use an index from 0")]
+        )
+    raise PolicyError(
+        filename, [PolicyIssue(done, f"is a value, not a section: cannot set '{part}' in it", "set the field itself")]
+    )

@@ -182,13 +182,11 @@ class CycleState:
             entries = [e for e in self.running.values() if not e.admitted_now]
             queues = self.index.queues
             core = nominal_core(entries, queues) if self.index.spare_nominal_core else frozenset()
-            aged = [e for e in entries if e.aged]
-            if not self.index.protect_promoted:
-                protected: frozenset[str] = frozenset()
-            elif self.index.protect_promoted_within_nominal:
-                protected = nominal_core(aged, queues)
-            else:
-                protected = frozenset(e.id for e in aged)
+            protected: frozenset[str] = frozenset()
+            if self.index.protect_promoted:
+                aged = [e for e in entries if e.aged]
+                within = self.index.protect_promoted_within_nominal
+                protected = nominal_core(aged, queues) if within else frozenset(e.id for e in aged)
             min_runtime = self.index.policy.scheduling.preemption.min_runtime_s
             self._victims = VictimIndex(
                 entries,

@@ -422,6 +422,12 @@ class Simulation:
             by_code[record.wait_code] = by_code.get(record.wait_code, 0.0) + waited
         record.wait_since = now
 
+    def _waits_for(self, record: JobRecord, code: str, now: float) -> None:
+        """A cycle left the job waiting for ``code``: from now on its waiting counts there."""
+        if record.wait_code != code:
+            self._close_wait(record, now)
+            record.wait_code = code
+
     def _gpus_of(self, placement: Placement) -> float:
         mig = self.index.pools[placement.pool].mig
         sliced = sum(mig.quota_milli(p.mig_profile) / 1000 for p in placement.pods if p.mig_profile is not None and mig)
@@ -572,20 +578,13 @@ class Simulation:
         for decision in result.decided:
             kind = decision.kind
             if kind is DecisionKind.WAIT:
-                record = records[decision.workload_id]
-                code = decision.reason.code.value
-                if record.wait_code != code:
-                    self._close_wait(record, now)
-                    record.wait_code = code
+                self._waits_for(records[decision.workload_id], decision.reason.code.value, now)
             elif kind is DecisionKind.PREEMPT:
                 self._preempted(records[decision.workload_id], now, decision.reason.code.value)
         if result.blocked_tail:
             blocked = ReasonCode.BLOCKED_BY_QUEUE_HEAD.value
             for wid, _head, _position in result.blocked_tail:
-                record = records[wid]
-                if record.wait_code != blocked:
-                    self._close_wait(record, now)
-                    record.wait_code = blocked
+                self._waits_for(records[wid], blocked, now)
         for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
                 self._start(self.records[decision.workload_id], decision.placement, now)

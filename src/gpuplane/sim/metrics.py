@@ -13,7 +13,7 @@ Definitions (also in docs/simulate.md):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -49,22 +49,21 @@ def _job_figures(records: list[JobRecord]) -> tuple[list[float], list[float], li
     return jct, queue, slowdown
 
 
-def _by_reason(counts: list[dict[str, int]]) -> dict[str, int]:
-    """Counts per reason code summed over teams, largest first."""
-    total: dict[str, int] = defaultdict(int)
-    for by_code in counts:
+_N = TypeVar("_N", int, float)
+
+
+def _by_reason(per_team: list[dict[str, _N]]) -> dict[str, _N]:
+    """Figures per reason code summed over teams, largest first."""
+    total: dict[str, _N] = {}
+    for by_code in per_team:
         for code, n in by_code.items():
-            total[code] += n
+            total[code] = total[code] + n if code in total else n
     return dict(sorted(total.items(), key=lambda item: (-item[1], item[0])))
 
 
 def _hours_by_reason(waits: list[dict[str, float]]) -> dict[str, float]:
     """Job-hours of waiting per reason code summed over teams, largest first: where the queueing went."""
-    total: dict[str, float] = defaultdict(float)
-    for by_code in waits:
-        for code, seconds in by_code.items():
-            total[code] += seconds / 3600
-    return dict(sorted(total.items(), key=lambda item: (-item[1], item[0])))
+    return {code: seconds / 3600 for code, seconds in _by_reason(waits).items()}
 
 
 def summarize(result: SimResult) -> dict[str, Any]:

@@ -85,18 +85,14 @@ def _wait_reasons(summaries: dict[str, dict[str, Any]]) -> str:
         for code, hours in summary["wait_hours_by_reason"].items():
             totals[code] = totals.get(code, 0.0) + hours
     shown = sorted(totals, key=lambda code: -totals[code])[:WAIT_REASONS_SHOWN]
+    waits = [summary["wait_hours_by_reason"] for summary in summaries.values()]
+    rows = {code: [w.get(code, 0.0) for w in waits] for code in shown}
+    rows["other"] = [sum(h for code, h in w.items() if code not in rows) for w in waits]
     names = list(summaries)
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(names) + 1.6))
     left = np.zeros(len(names))
-    for code in [*shown, "other"]:
-        hours = np.array(
-            [
-                sum(h for c, h in summaries[n]["wait_hours_by_reason"].items() if c not in shown)
-                if code == "other"
-                else summaries[n]["wait_hours_by_reason"].get(code, 0.0)
-                for n in names
-            ]
-        )
+    for code, row in rows.items():
+        hours = np.array(row)
         if hours.any():
             ax.barh(names, hours, left=left, label=code)
             left += hours
