@@ -14,7 +14,7 @@ from rich.table import Table
 
 from gpuplane.cli_live import add_live_commands
 from gpuplane.export.model import ExportError
-from gpuplane.io.policy_file import load_policy
+from gpuplane.io.policy_file import load_policy, policy_label
 from gpuplane.io.snapshot_file import load_snapshot
 from gpuplane.live.client import ApiError
 from gpuplane.model import DecisionKind
@@ -43,8 +43,7 @@ def _summary(policy: PolicySpec) -> str:
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     """Validate a policy file: exit 0 when valid, 2 with every problem listed when not."""
     policy = load_policy(args.policy, args.set)
-    label = " ".join([args.policy, *(f"--set {o}" for o in args.set)])
-    console.print(f"[green]{label}: valid[/green] - {_summary(policy)}")
+    console.print(f"[green]{policy_label(args.policy, args.set)}: valid[/green] - {_summary(policy)}")
     return 0
 
 
@@ -465,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run a subcommand; invalid input exits 2 with its message, never a traceback."""
     args = build_parser().parse_args(argv)
-    console = Console()
+    console = Console(soft_wrap=True)
     try:
         code: int = args.func(args, console)
     except (PolicyError, SnapshotError, TraceError, SetupError, ExportError, ApiError) as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from gpuplane.io.policy_file import load_policy
 
@@ -77,7 +77,9 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
 def cmd_jobs(args: argparse.Namespace, console: Console) -> int:
     """List jobs."""
     jobs = _client(args).jobs(args.state)
-    table = Table("id", "name", "team", "state", "GPUs", "attempts", "reason")
+    longest_id = max((len(job["id"]) for job in jobs), default=2)
+    id_column = Column("id", no_wrap=True, min_width=longest_id)
+    table = Table(id_column, "name", "team", "state", "GPUs", "attempts", "reason")
     for job in jobs:
         table.add_row(
             job["id"],

@@ -168,3 +168,4 @@ def test_cli_check_takes_overrides(capsys):
     assert main(["check", str(EXAMPLE), "--set", "teams.0.quotas.h100-80gb.nominal=100000"]) == 2
     err = capsys.readouterr().err
     assert "h100-80gb.nominal" in err and "add up to" in err and "Traceback" not in err
+    assert f"{EXAMPLE} --set teams.0.quotas.h100-80gb.nominal=100000" in err, "named as the user wrote it"

@@ -29,11 +29,16 @@ def load_policy(path: str, overrides: Sequence[str] = ()) -> PolicySpec:
     document = yaml.safe_load(text)
     for override in overrides:
         _apply(document, override, path)
-    label = f"{path} with --set {' '.join(overrides)}"
+    label = policy_label(path, overrides)
     try:
         return parse_policy(yaml.safe_dump(document, sort_keys=False), label)
     except PolicyError as exc:  # lines of the rewritten document would not match the file
         raise PolicyError(label, [dataclasses.replace(i, line=None) for i in exc.issues]) from None
+
+
+def policy_label(path: str, overrides: Sequence[str] = ()) -> str:
+    """Name a policy as the user gave it (file and ``--set`` overrides), for messages about it."""
+    return " ".join([path, *(f"--set {o}" for o in overrides)])
 
 
 def _apply(document: Any, override: str, filename: str) -> None:
