@@ -162,6 +162,23 @@ def test_bad_overrides_name_the_field_and_the_fix(override, expected):
     assert all(i.line is None for i in info.value.issues), "lines of the rewritten document would mislead"
 
 
+@pytest.mark.parametrize(
+    ("override", "fix"),
+    [
+        ("scheduling.preemption.min_runtime_s=0", "use a value > 0, or null (or leave the field out) to turn it off"),
+        ("scheduling.starvation_guard_hours=-3", "use a value > 0, or null"),
+        ("pools.0.gpus_per_node=0", "use a value >= 1"),
+        ("teams.1.quotas.h100-80gb.nominal=-1", "use a value >= 0"),
+    ],
+)
+def test_out_of_range_values_name_the_bound_and_the_off_switch_where_there_is_one(override, fix):
+    with pytest.raises(PolicyError) as info:
+        load_policy(str(EXAMPLE), [override])
+    (issue,) = info.value.issues
+    assert issue.fix.startswith(fix)
+    assert ("null" in issue.fix) == ("null" in fix), "only fields that default to null can be turned off"
+
+
 def test_cli_check_takes_overrides(capsys):
     assert main(["check", str(EXAMPLE), "--set", "scheduling.fair_sharing=false"]) == 0
     assert "--set scheduling.fair_sharing=false: valid" in capsys.readouterr().out

@@ -33,6 +33,32 @@ def _field_names(model: type[BaseModel], seen: set[type[BaseModel]] | None = Non
 M = TypeVar("M", bound=BaseModel)
 
 
+_BOUNDS = {
+    "greater_than": (">", "gt"),
+    "greater_than_equal": (">=", "ge"),
+    "less_than": ("<", "lt"),
+    "less_than_equal": ("<=", "le"),
+}
+
+
+def _optional(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
+    """Whether the field at ``loc`` may be left out (defaults to null), so turning it off is also a fix."""
+    annotation: Any = model
+    default: Any = ...
+    for part in loc:
+        candidates = [annotation, *get_args(annotation)]
+        models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if isinstance(part, str) and models and part in models[0].model_fields:
+            info = models[0].model_fields[part]
+            annotation, default = info.annotation, info.default
+        elif not isinstance(part, str) or not models:
+            args = [a for a in get_args(annotation) if a is not type(None)]
+            annotation, default = (args[-1] if args else Any), ...
+        else:
+            return False
+    return default is None
+
+
 def _fix_for(error: Any, known: list[str]) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -50,8 +76,10 @@ def _fix_for(error: Any, known: list[str]) -> str:
         return "write true or false"
     if kind == "literal_error":
         return f"use one of {ctx.get('expected', 'the allowed values')}"
-    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        return "use a value in range"
+    if kind in _BOUNDS:
+        symbol, key = _BOUNDS[kind]
+        bound = ctx.get(key, "the bound")
+        return f"use a value {symbol} {bound:g}" if isinstance(bound, (int, float)) else f"use a value {symbol} {bound}"
     if kind == "string_pattern_mismatch":
         return "use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
     if kind == "too_short":
@@ -98,9 +126,17 @@ def parse_document(text: str, filename: str, model: type[M], example: str) -> tu
     except ValidationError as exc:
         known = sorted(_field_names(model))
         issues = [
-            PolicyIssue(tuple(e["loc"]), _message_for(e), _fix_for(e, known)) for e in exc.errors(include_url=False)
+            PolicyIssue(tuple(e["loc"]), _message_for(e), _with_off_switch(model, e, _fix_for(e, known)))
+            for e in exc.errors(include_url=False)
         ]
         raise PolicyError(filename, locate(issues, lines, data)) from None
+
+
+def _with_off_switch(model: type[BaseModel], error: Any, fix: str) -> str:
+    """Add "or null to turn it off" to the fix of a value out of range in a field that defaults to null."""
+    if error["type"] in _BOUNDS and _optional(model, tuple(error["loc"])):
+        return f"{fix}, or null (or leave the field out) to turn it off"
+    return fix
 
 
 def parse_policy(text: str, filename: str = "<policy>") -> PolicySpec:
