@@ -75,7 +75,8 @@ def main() -> int:
         print(
             f"{name:10s} avg JCT {s[name]['avg_jct_s'] / 3600:6.2f} h  avg queue {s[name]['avg_queue_s'] / 3600:6.2f} h"
             f"  p99 queue {s[name]['p99_queue_s'] / 3600:6.1f} h  preemptions {s[name]['preemptions']:6,}"
-            f"  lost {s[name]['lost_gpu_hours']:7,.0f} GPU-h  ({comparison.wall_s[name]:.0f} s)"
+            f"  lost {s[name]['lost_gpu_hours']:7,.0f} GPU-h  owed within quota "
+            f"{s[name]['fairness']['quota_owed_gpu_hours']:7,.0f} GPU-h  ({comparison.wall_s[name]:.0f} s)"
         )
     fifo_queue = s["fifo"]["avg_queue_s"] / 3600
     ratio = s["gpuplane"]["avg_jct_s"] / s["fifo"]["avg_jct_s"]

@@ -30,6 +30,17 @@ def check_conservation(result: SimResult, speeds: dict[str, float] | None = None
         f"cluster accounting {result.allocated_gpu_s} != per-job {held}"
     )
     check_reasons(result)
+    check_owed(result)
+
+
+def check_owed(result: SimResult) -> None:
+    """A team is never owed more GPU-seconds (within its nominal quota) than its jobs spent waiting."""
+    waited_gpu_s: dict[str, float] = {}
+    for r in result.records:
+        end = result.end_time if r.end is None else r.end
+        waited_gpu_s[r.job.team] = waited_gpu_s.get(r.job.team, 0.0) + (end - r.job.submit_s - r.run_s) * r.job.gpus
+    for team, owed in result.quota_owed_gpu_s.items():
+        assert -1e-6 <= owed <= waited_gpu_s.get(team, 0.0) + 1e-3, f"{team}: owed {owed} > waited"
 
 
 def check_reasons(result: SimResult) -> None:

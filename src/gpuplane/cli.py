@@ -196,8 +196,14 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         f"cluster: {cluster['gpus']:,} GPUs on {cluster['nodes']:,} nodes; offered load "
         f"{cluster['offered_load']:.2f}" + (f" ({'; '.join(cluster['notes'])})" if cluster["notes"] else "")
     )
-    table = Table(title="simulation summary (hours; alloc = GPU allocation)", title_justify="left", padding=(0, 1))
-    for column in ("policy", "JCT h", "p99 JCT", "queue h", "p99 q", "alloc", "preempt", "lost GPUh", "Jain", "jobs/s"):
+    table = Table(
+        title="simulation summary (hours; alloc = GPU allocation; owed = GPU-hours teams waited for within their "
+        "nominal quota)",
+        title_justify="left",
+        padding=(0, 1),
+    )
+    columns = ("policy", "JCT h", "p99 JCT", "queue h", "p99 q", "alloc", "preempt", "lost GPUh", "Jain", "owed GPUh")
+    for column in (*columns, "jobs/s"):
         table.add_column(column, justify="right", no_wrap=True)
     for name, p in data["policies"].items():
         table.add_row(
@@ -210,6 +216,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
             f"{p['preemptions']:,}",
             f"{p['lost_gpu_hours']:,.0f}",
             f"{p['fairness']['jain_slowdown']:.2f}",
+            f"{p['fairness']['quota_owed_gpu_hours']:,.0f}",
             f"{p['jobs_per_s']:,.0f}",
         )
     Console(width=max(console.width, 120)).print(table)

@@ -157,6 +157,12 @@ def test_a_tier_list_kueue_cannot_express_is_named_in_a_warning():
     assert not any("may_preempt" in w.field for w in exact.warnings)
 
 
+def test_a_reclaim_minimum_runtime_is_reported_as_dropped():
+    bundle = export_kubernetes(parse_policy(_platform(scheduling__preemption={"reclaim_min_runtime_s": 900})))
+    (warning,) = [w for w in bundle.warnings if w.field == "scheduling.preemption.reclaim_min_runtime_s"]
+    assert warning.effect == "dropped" and "reclaim" in warning.feature
+
+
 def test_policy_features_without_a_kubernetes_equivalent_are_reported():
     philly = export_kubernetes(load_policy(str(EXAMPLES / "philly.yaml")))
     fields = {w.field for w in philly.warnings}

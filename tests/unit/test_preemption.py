@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpuplane.model import Placement, PodPlacement, RunningWorkload
 from tests.unit.fixtures import codes, cycle, job, kinds, nodes, policy
 
@@ -83,6 +85,26 @@ def test_reclaim_quota_that_another_queue_borrowed():
     assert len(victims) == 2  # 16 borrowed GPUs are reclaimed, no more
     assert all(d.reason.code.value == "preempted_to_reclaim_quota" for d in victims)
     assert kinds(res)["a1"] == "admit"
+
+
+@pytest.mark.parametrize(
+    ("preemption", "reclaims"),
+    [
+        ({"min_runtime_s": 3600}, False),  # the minimum runtime spares reclaim too by default
+        ({"min_runtime_s": 3600, "reclaim_min_runtime_s": 50}, True),
+        ({"min_runtime_s": 3600, "reclaim_min_runtime_s": 0}, True),
+        ({"reclaim_min_runtime_s": 3600}, False),
+    ],
+)
+def test_reclaim_minimum_runtime_is_its_own_setting(preemption, reclaims):
+    p = policy(scheduling={"preemption": preemption})
+    node_list = nodes(p, train=8)
+    run = running(p, node_list, [(job(f"b{i}", queue="b", klass="batch", t=i), i, None) for i in range(6)])
+    res = cycle(
+        p, node_list, [job("a1", pods=4, klass="batch", t=20)], run, now=100
+    )  # same tier as b, runs 95-100 s old
+    assert (kinds(res)["a1"] == "admit") is reclaims
+    assert all(d.reason.code.value == "preempted_to_reclaim_quota" for d in res.preempted)
 
 
 def test_reclaim_never_pushes_the_borrower_below_nominal():

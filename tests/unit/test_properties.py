@@ -79,6 +79,8 @@ def policies(draw):
             "enabled": draw(st.booleans()),
             "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"])),
             "spare_oldest_within_nominal": draw(st.booleans()),
+            "min_runtime_s": draw(st.sampled_from([None, 600.0])),
+            "reclaim_min_runtime_s": draw(st.sampled_from([None, 0.0, 300.0])),
         },
     }
     if draw(st.booleans()):

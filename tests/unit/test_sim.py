@@ -222,9 +222,12 @@ def test_compare_and_cli_write_every_documented_key(tmp_path: Path):
         for key in ("avg_jct_s", "p99_queue_s", "gpu_utilization", "preemptions", "per_team", "lost_gpu_hours"):
             assert key in figures
         assert set(figures["per_team"]) == {"a", "b"}
+        assert figures["fairness"]["quota_owed_gpu_hours"] == pytest.approx(
+            sum(team["quota_owed_gpu_hours"] for team in figures["per_team"].values())
+        )
     assert data["cluster"]["gpus"] == 32 and data["trace"]["jobs"] == 30
-    assert page.read_text().count("data:image/png;base64,") == 5
-    assert "Where the waiting went" in page.read_text()
+    assert page.read_text().count("data:image/png;base64,") == 6
+    assert "Where the waiting went" in page.read_text() and "Quota guarantees" in page.read_text()
 
 
 def _simulate_cli(tmp_path: Path, jobs: list[TraceJob]) -> int:
@@ -357,3 +360,21 @@ def test_waiting_is_attributed_to_the_reasons_the_scheduler_gave():
     assert figures["preemptions_by_reason"] == {"preempted_to_reclaim_quota": 1}
     assert figures["per_team"]["a"]["wait_hours_by_reason"] == {"preempted_to_reclaim_quota": 100.0 / 3600}
     assert figures["per_team"]["b"]["preemptions_by_reason"] == {}
+
+
+def test_quota_owed_is_the_gpu_time_a_team_waited_for_within_its_nominal_quota():
+    tr = trace([TraceJob("big", "a", 0.0, 1000.0, 32), TraceJob("small", "b", 10.0, 100.0, 8)])
+
+    def owed(name, **preemption):
+        doc = {**POLICY, "scheduling": {"preemption": preemption}}
+        cluster = size_cluster(parse_policy(yaml.safe_dump(doc), "test.yaml"), tr)
+        result = Simulation(make_variant(name, cluster.policy), cluster.nodes, tr, quotas_of=cluster.policy).run()
+        check_conservation(result)
+        return summarize(result)["fairness"]["quota_owed_gpu_hours"] * 3600
+
+    # b asks 8 of its 16 GPUs at t=10 while a's 32-GPU job borrows them; the first cycle runs at t=30
+    assert owed("gpuplane") == pytest.approx(20 * 8), "reclaimed at the first cycle"
+    assert owed("fifo") == pytest.approx(990 * 8), "no quotas: b waits for a's job to end"
+    assert owed("gpuplane", min_runtime_s=3600) == pytest.approx(990 * 8), "a's run is too young to reclaim"
+    assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=0) == pytest.approx(20 * 8)
+    assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=500) == pytest.approx(490 * 8)

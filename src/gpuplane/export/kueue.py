@@ -241,13 +241,14 @@ def _ordering_warnings(view: PolicyView, bundle: ExportBundle) -> None:
             + (", nor preemption rights for them" if scheduling.starvation_guard_preempts_borrowed else ""),
             "dropped",
         )
-    if scheduling.preemption.min_runtime_s is not None:
-        bundle.warn(
-            "scheduling.preemption.min_runtime_s",
-            "a minimum runtime before preemption",
-            "Kueue may preempt a workload as soon as it is admitted",
-            "dropped",
-        )
+    for field in ("min_runtime_s", "reclaim_min_runtime_s"):
+        if getattr(scheduling.preemption, field):
+            bundle.warn(
+                f"scheduling.preemption.{field}",
+                "a minimum runtime before " + ("reclaim" if field.startswith("reclaim") else "preemption"),
+                "Kueue may preempt or reclaim a workload as soon as it is admitted",
+                "dropped",
+            )
     if scheduling.backfill.mode == "easy":
         bundle.warn(
             "scheduling.backfill.mode",

@@ -163,6 +163,7 @@ class PreemptionSpec(_Spec):
     spare_oldest_within_nominal: bool = False
     grace_period_s: float = Field(30.0, ge=0)
     min_runtime_s: float | None = Field(None, gt=0)
+    reclaim_min_runtime_s: float | None = Field(None, ge=0)
 
 
 class ServiceLevelsSpec(_Spec):

@@ -19,8 +19,9 @@ Allowed victims (and nothing else):
    only fresh work may take it.
 Work that started after the starvation guard promoted it (where the policy protects such runs), and work
 that has run less than ``preemption.min_runtime_s`` (KAI Scheduler's minimum-runtime protection), is
-spared both the level rule and reclaim at its own tier or above: only a higher tier (or, for young runs,
-starved work under rule 3) may stop it.
+spared the level rule at its own tier or above; reclaim at its own tier or above spares promoted work and
+work younger than ``preemption.reclaim_min_runtime_s`` (default: ``min_runtime_s``). Only a higher tier
+(or, for young runs, starved work under rule 3) may stop it then.
 With ``preemption.spare_oldest_within_nominal``, a queue's earliest-started runs that fit within its nominal
 quota are never taken by another queue (``state.nominal_core``).
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
@@ -84,7 +85,7 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     def reclaimable(s: Standing) -> bool:
         if s.tier.value < r.priority:
             return True
-        return reclaim == "any" and not s.promoted
+        return reclaim == "any" and not s.guarded and not s.reclaim_young
 
     def more_served_or_waited_less(s: Standing) -> bool:
         return s.tier.value < r.priority or more_served(s) or waited_less(s)

@@ -187,15 +187,17 @@ class CycleState:
                 aged = [e for e in entries if e.aged]
                 within = self.index.protect_promoted_within_nominal
                 protected = nominal_core(aged, queues) if within else frozenset(e.id for e in aged)
-            min_runtime = self.index.policy.scheduling.preemption.min_runtime_s
+            rules = self.index.policy.scheduling.preemption
+            reclaim_min = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
             self._victims = VictimIndex(
                 entries,
                 self.now,
                 self.index.level_thresholds_gpu_s,
                 core,
                 protected,
-                min_runtime,
+                rules.min_runtime_s,
                 1 if self.index.promoted_preempt_borrowed else None,
+                reclaim_min or None,
             )
         return self._victims
 
@@ -333,7 +335,7 @@ def victim_rank(entry: RunEntry, now: float, level: int = 0) -> VictimRank:
 class Standing(NamedTuple):
     """What decides whether running work may be a victim: its tier, its attained-service level, and whether
     it is spared at its own tier (it started after the starvation guard promoted it, or it has run less than
-    ``preemption.min_runtime_s``)."""
+    ``preemption.min_runtime_s``; for reclaim, ``preemption.reclaim_min_runtime_s``)."""
 
     tier: TierInfo
     level: int
@@ -342,6 +344,8 @@ class Standing(NamedTuple):
     """Started after the starvation guard promoted it (protected or not)."""
     guarded: bool = False
     """Protected by its promotion (``promoted`` without the minimum runtime's part)."""
+    reclaim_young: bool = False
+    """Has run less than the reclaim minimum runtime: spared reclaim at its own tier or above."""
 
 
 def nominal_core(entries: Iterable[RunEntry], queues: Mapping[str, QueueInfo]) -> frozenset[str]:
@@ -384,6 +388,7 @@ class VictimIndex:
         protected: frozenset[str] = frozenset(),
         min_runtime_s: float | None = None,
         aged_level: int | None = None,
+        reclaim_min_runtime_s: float | None = None,
     ) -> None:
         self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
@@ -395,6 +400,8 @@ class VictimIndex:
         ``starvation_guard_protects_runs: within_nominal`` the earliest that fit the queue's nominal quota)."""
         self.young: set[str] = set()
         """Ids of runs within ``preemption.min_runtime_s`` of their start: spared like promoted runs."""
+        self.reclaim_young: set[str] = set()
+        """Ids of runs within the reclaim minimum runtime of their start: spared reclaim."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
@@ -407,8 +414,10 @@ class VictimIndex:
             self.levels[e.id] = level
             if min_runtime_s is not None and now - e.start < min_runtime_s:
                 self.young.add(e.id)
+            if reclaim_min_runtime_s is not None and now - e.start < reclaim_min_runtime_s:
+                self.reclaim_young.add(e.id)
             key = (e.queue.name, e.flavor)
-            standing = Standing(e.tier, level, promoted or e.id in self.young, e.aged, promoted)
+            standing = self.standing(e, level, promoted)
             self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
@@ -426,11 +435,18 @@ class VictimIndex:
         """The attained-service level of an indexed entry at the cycle's time."""
         return self.levels.get(entry.id, 0)
 
-    def standing(self, entry: RunEntry) -> Standing:
-        """Tier, level and promotion of an indexed entry."""
+    def standing(self, entry: RunEntry, level: int | None = None, guarded: bool | None = None) -> Standing:
+        """Tier, level, promotion and minimum-runtime protections of an indexed entry."""
         assert entry.tier is not None
-        guarded = entry.id in self.promoted
-        return Standing(entry.tier, self.level(entry), guarded or entry.id in self.young, entry.aged, guarded)
+        guarded = entry.id in self.promoted if guarded is None else guarded
+        return Standing(
+            entry.tier,
+            self.level(entry) if level is None else level,
+            guarded or entry.id in self.young,
+            entry.aged,
+            guarded,
+            entry.id in self.reclaim_young,
+        )
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""

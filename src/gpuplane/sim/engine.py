@@ -1,7 +1,9 @@
 """Discrete-event simulation of a GPU cluster driven by a trace, deciding with the scheduler core.
 
 Virtual time only. Events: a job is submitted, a job finishes, a running job's attained service
-crosses a level threshold (for policies with service levels), a spot node is interrupted (a Poisson
+crosses a level threshold (for policies with service levels), a run outlives a minimum runtime that
+protected it (``preemption.min_runtime_s``, ``reclaim_min_runtime_s``), a pending job reaches the
+starvation guard, a spot node is interrupted (a Poisson
 process per node at its pool's ``spot_interruption_rate_per_hour``, from a stream seeded by the run's
 seed and the node's name), its replacement finishes booting (the pool's ``startup_seconds``), and a
 scheduling cycle. Cycles run when something changed and work is pending, at most once per ``cycle_s``
@@ -29,7 +31,9 @@ from gpuplane.model.placement import Placement
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex
 from gpuplane.scheduler.cycle import CycleResult, run_cycle
+from gpuplane.scheduler.resolve import InvalidWorkload, resolve
 from gpuplane.scheduler.state import CycleState
+from gpuplane.sim.guarantees import GuaranteeLedger, nominal_gpus
 from gpuplane.sim.node_scaling import NodeScaler
 from gpuplane.sim.trace import Trace, TraceJob
 from gpuplane.sim.variants import JobView, Variant
@@ -71,9 +75,10 @@ class Event(IntEnum):
     NODE_UP = 2
     SUBMIT = 3
     RETIER = 4
-    CYCLE = 5
-    NODE_READY = 6
-    AUTOSCALE = 7
+    RECHECK = 5
+    CYCLE = 6
+    NODE_READY = 7
+    AUTOSCALE = 8
 
 
 _NODE_EVENTS = frozenset({Event.NODE_DOWN, Event.NODE_UP, Event.NODE_READY, Event.AUTOSCALE})
@@ -163,6 +168,15 @@ class SimResult:
     preemptions_by_reason: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per team, how many of its runs were stopped under each reason code (spot interruptions, lost nodes
     and consolidation included)."""
+    quota_owed_gpu_s: dict[str, float] = field(default_factory=dict)
+    """Per team with a nominal quota: GPU-seconds it asked for within that quota and did not hold
+    (``sim.guarantees``)."""
+
+
+def _asked_gpus(workload: Workload) -> float:
+    """The GPUs a workload asks for (shares of GPUs as fractions), as its team's quota counts them."""
+    pods = workload.pods
+    return pods.count * (pods.gpu_milli / 1000 if pods.gpu_milli else pods.gpus_per_pod)
 
 
 def pods_for(job: TraceJob, gpus_per_node: int, sharing: bool = False) -> PodSet:
@@ -193,7 +207,10 @@ class Simulation:
         on_progress: Callable[[int], None] | None = None,
         seed: int = 0,
         node_autoscaling: bool = False,
+        quotas_of: PolicySpec | None = None,
     ) -> None:
+        """``quotas_of``: the policy whose nominal quotas are the guarantees measured (``quota_owed``); a
+        comparison passes the user's policy so that policies without quotas are held to the same ones."""
         self.variant = variant
         self.policy: PolicySpec = variant.policy
         self.index = PolicyIndex(self.policy)
@@ -254,6 +271,12 @@ class Simulation:
         self.last_decided: tuple[Decision, ...] = ()
         self.pending_gpus = 0.0
         self.pending_gpu_s = 0.0
+        self.guarantees = GuaranteeLedger(nominal_gpus(quotas_of or variant.policy))
+        rules = self.policy.scheduling.preemption
+        reclaim_min = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
+        self.protections = sorted({d for d in (rules.min_runtime_s, reclaim_min) if d}) if rules.enabled else []
+        """Seconds after a start when a minimum runtime stops protecting the run: the scheduler looks again."""
+        self.guarded = self.index.starvation_guard_s is not None
         self.provisioned_gpu_s: dict[str, float] = {}
         self.pool_capacity: dict[str, int] = {}
         for node in nodes:
@@ -304,6 +327,9 @@ class Simulation:
                 self._node_down(job_id, now)
             elif kind == Event.NODE_UP:
                 self._node_up(job_id, now)
+            elif kind == Event.RECHECK:
+                if self.records[job_id].version == version and self.records[job_id].end is None:
+                    self._queue_cycle(now)
             elif kind == Event.RETIER:
                 record = self.records[job_id]
                 if record.version == version and record.run_start is not None:
@@ -338,6 +364,7 @@ class Simulation:
             node_scaling=None if self.scaler is None else self._scaling_figures(),
             wait_s_by_reason=self.wait_s,
             preemptions_by_reason=self.stops,
+            quota_owed_gpu_s=self.guarantees.owed_gpu_s(now),
         )
 
     def _account(self, now: float) -> None:
@@ -394,6 +421,8 @@ class Simulation:
         self.records[job.id] = record
         self.pending[job.id] = record
         self.pending_gpus += job.gpus
+        self.guarantees.asked(job.team, _asked_gpus(record.workload), now)
+        self._push_promotion(record, now)
         self._queue_cycle(now)
 
     def _start(self, record: JobRecord, placement: Placement, now: float) -> None:
@@ -409,8 +438,12 @@ class Simulation:
         self.allocated += record.gpus
         del self.pending[record.job.id]
         self.pending_gpus -= record.job.gpus
+        self.guarantees.granted(record.job.team, _asked_gpus(record.workload), now)
+        self.guarantees.held(record.job.team, record.gpus, now)
         self._push(now + record.remaining_s / record.speed, Event.FINISH, record.job.id, record.version)
         self._push_retier(record, now)
+        for protected_s in self.protections:
+            self._push(now + protected_s, Event.RECHECK, record.job.id, record.version)
 
     def _close_wait(self, record: JobRecord, now: float) -> None:
         """Add the time since ``wait_since`` to the team's waiting under the job's current wait code."""
@@ -440,6 +473,7 @@ class Simulation:
         record.run_s += ran
         record.attained += ran * record.gpus
         self.allocated -= record.gpus
+        self.guarantees.held(record.job.team, -record.gpus, now)
         self.pool_gpu_s[record.pool] = self.pool_gpu_s.get(record.pool, 0.0) + ran * record.gpus
         record.run_start = None
         record.version += 1
@@ -500,8 +534,21 @@ class Simulation:
         record.preemptions += 1
         self.pending[record.job.id] = record
         self.pending_gpus += record.job.gpus
+        self.guarantees.asked(record.job.team, _asked_gpus(record.workload), now)
         if self.levels:
             record.workload = self._workload(record, record.tier)
+        self._push_promotion(record, now)
+
+    def _push_promotion(self, record: JobRecord, now: float) -> None:
+        """With a starvation guard: a cycle when the pending job will be promoted (it may then preempt)."""
+        if not self.guarded:
+            return
+        try:
+            promote_at = resolve(record.workload, self.index).promote_at
+        except InvalidWorkload:
+            return
+        if promote_at > now:
+            self._push(promote_at, Event.RECHECK, record.job.id, record.version)
 
     def _push_retier(self, record: JobRecord, now: float) -> None:
         """With service levels: a cycle when the running job's service crosses its next level threshold."""

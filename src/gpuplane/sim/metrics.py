@@ -90,6 +90,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
             "gpu_hours": sum(r.run_s * r.gpus for r in records) / 3600,
             "wait_hours_by_reason": _hours_by_reason([result.wait_s_by_reason.get(team, {})]),
             "preemptions_by_reason": _by_reason([result.preemptions_by_reason.get(team, {})]),
+            "quota_owed_gpu_hours": result.quota_owed_gpu_s.get(team, 0.0) / 3600,
         }
     cost = {
         pool: {"gpu_hours": gpu_s / 3600, "cost": gpu_s / 3600 * result.gpu_price_per_hour.get(pool, 0.0)}
@@ -124,6 +125,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "fairness": {
             "jain_slowdown": jain([t["mean_slowdown"] for t in teams.values()]),
             "max_team_queue_s": max((t["max_queue_s"] for t in teams.values()), default=0.0),
+            "quota_owed_gpu_hours": sum(result.quota_owed_gpu_s.values()) / 3600,
         },
         "cost": {"by_pool": cost, "total": sum(c["cost"] for c in cost.values())},
         "cycles": result.cycles,

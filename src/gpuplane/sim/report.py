@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Callable
 from typing import Any
 
 import matplotlib
@@ -24,6 +25,7 @@ _COLUMNS = (
     ("GPU allocation", "gpu_utilization", None),
     ("preemptions", "preemptions", None),
     ("lost GPU-h", "lost_gpu_hours", 1),
+    ("owed GPU-h (within quota)", "quota_owed_gpu_hours", 1),
 )
 
 
@@ -61,16 +63,17 @@ def _jct_cdf(comparison: Comparison) -> str:
     return _png(fig)
 
 
-def _team_waits(summaries: dict[str, dict[str, Any]]) -> str:
+def _per_team(summaries: dict[str, dict[str, Any]], figure: Callable[[dict[str, Any]], float], ylabel: str) -> str:
+    """One bar per policy for each team: ``figure`` of the team's summary."""
     teams = sorted({t for s in summaries.values() for t in s["per_team"]})
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(teams) + 2), 3.6))
     width = 0.8 / max(1, len(summaries))
     x = np.arange(len(teams))
     for i, (name, summary) in enumerate(summaries.items()):
-        waits = [summary["per_team"].get(t, {}).get("p99_queue_s", 0.0) / 3600 for t in teams]
-        ax.bar(x + i * width, waits, width, label=name)
+        values = [figure(summary["per_team"][t]) if t in summary["per_team"] else 0.0 for t in teams]
+        ax.bar(x + i * width, values, width, label=name)
     ax.set_xticks(x + width * (len(summaries) - 1) / 2, teams, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("p99 queueing delay (h)")
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     return _png(fig)
 
@@ -109,7 +112,7 @@ def render_html(comparison: Comparison) -> str:
     for name, s in comparison.summaries.items():
         cells = []
         for _label, key, unit in _COLUMNS:
-            value = s[key]
+            value = s["fairness"][key] if key in s["fairness"] else s[key]
             cells.append(
                 f"{value / unit:,.2f}" if unit else (f"{value:.1%}" if key == "gpu_utilization" else f"{value:,}")
             )
@@ -121,7 +124,14 @@ def render_html(comparison: Comparison) -> str:
         ("GPUs allocated over time", _timeline(comparison, "allocated_gpus", "GPUs allocated")),
         ("Queue length over time", _timeline(comparison, "pending", "pending jobs")),
         ("Job completion time, CDF", _jct_cdf(comparison)),
-        ("p99 queueing delay per team", _team_waits(comparison.summaries)),
+        (
+            "p99 queueing delay per team",
+            _per_team(comparison.summaries, lambda team: team["p99_queue_s"] / 3600, "p99 queueing delay (h)"),
+        ),
+        (
+            "Quota guarantees: GPU-hours each team waited for within its nominal quota",
+            _per_team(comparison.summaries, lambda team: team["quota_owed_gpu_hours"], "GPU-hours owed"),
+        ),
         ("Where the waiting went: job-hours per wait reason", _wait_reasons(comparison.summaries)),
     ]
     figures = "".join(f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in images)

@@ -115,6 +115,7 @@ def _simulate(
         on_progress=on_progress,
         seed=options.seed,
         node_autoscaling=options.autoscale_nodes,
+        quotas_of=cluster.policy,
     )
     started = time.perf_counter()
     result = simulation.run()
