@@ -185,5 +185,10 @@ class PolicyIndex:
         self.protect_promoted = protects is not False
         self.protect_promoted_within_nominal = protects == "within_nominal"
         self.promoted_preempt_borrowed = guard is not None and policy.scheduling.starvation_guard_preempts_borrowed
-        self.spare_nominal_core = policy.scheduling.preemption.spare_oldest_within_nominal
+        rules = policy.scheduling.preemption
+        self.spare_nominal_core = rules.spare_oldest_within_nominal
+        self.min_runtime_s = rules.min_runtime_s
+        reclaim = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
+        self.reclaim_min_runtime_s: float | None = reclaim or None
+        """How long a run is spared reclaim (``reclaim_min_runtime_s``, by default ``min_runtime_s``; None: not)."""
         self.profile_cache: dict[tuple[object, ...], Any] = {}

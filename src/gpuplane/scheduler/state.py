@@ -187,17 +187,15 @@ class CycleState:
                 aged = [e for e in entries if e.aged]
                 within = self.index.protect_promoted_within_nominal
                 protected = nominal_core(aged, queues) if within else frozenset(e.id for e in aged)
-            rules = self.index.policy.scheduling.preemption
-            reclaim_min = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
             self._victims = VictimIndex(
                 entries,
                 self.now,
                 self.index.level_thresholds_gpu_s,
                 core,
                 protected,
-                rules.min_runtime_s,
+                self.index.min_runtime_s,
                 1 if self.index.promoted_preempt_borrowed else None,
-                reclaim_min or None,
+                self.index.reclaim_min_runtime_s,
             )
         return self._victims
 

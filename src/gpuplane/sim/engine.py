@@ -272,9 +272,8 @@ class Simulation:
         self.pending_gpus = 0.0
         self.pending_gpu_s = 0.0
         self.guarantees = GuaranteeLedger(nominal_gpus(quotas_of or variant.policy))
-        rules = self.policy.scheduling.preemption
-        reclaim_min = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
-        self.protections = sorted({d for d in (rules.min_runtime_s, reclaim_min) if d}) if rules.enabled else []
+        protections = {d for d in (self.index.min_runtime_s, self.index.reclaim_min_runtime_s) if d is not None}
+        self.protections = sorted(protections) if self.policy.scheduling.preemption.enabled else []
         """Seconds after a start when a minimum runtime stops protecting the run: the scheduler looks again."""
         self.guarded = self.index.starvation_guard_s is not None
         self.provisioned_gpu_s: dict[str, float] = {}
@@ -328,7 +327,8 @@ class Simulation:
             elif kind == Event.NODE_UP:
                 self._node_up(job_id, now)
             elif kind == Event.RECHECK:
-                if self.records[job_id].version == version and self.records[job_id].end is None:
+                record = self.records[job_id]
+                if record.version == version and record.end is None:
                     self._queue_cycle(now)
             elif kind == Event.RETIER:
                 record = self.records[job_id]
