@@ -111,7 +111,12 @@ def test_why_names_the_reason_a_job_waits(api: str) -> None:
     job = c.post("/v1/jobs", json=train("too-big", 1, 0.01, pods=3)).json()
     info = wait_for(lambda: c.get(f"/v1/jobs/{job['id']}/why").json().get("decisions"), 20, "a decision")
     assert info[-1]["kind"] == "wait"
-    assert info[-1]["reason"] in ("insufficient_capacity", "borrowing_limit_exceeded", "cohort_quota_exhausted")
+    assert info[-1]["reason"] in (
+        "insufficient_capacity",
+        "borrowing_limit_exceeded",
+        "cohort_quota_exhausted",
+        "awaiting_reclaim",
+    )
     assert c.delete(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
 
 

@@ -105,6 +105,12 @@ def test_reclaim_minimum_runtime_is_its_own_setting(preemption, reclaims):
     )  # same tier as b, runs 95-100 s old
     assert (kinds(res)["a1"] == "admit") is reclaims
     assert all(d.reason.code.value == "preempted_to_reclaim_quota" for d in res.preempted)
+    if not reclaims:  # within its nominal quota: the wait says so, and what keeps the borrowers
+        (wait,) = res.for_workload("a1")
+        assert wait.reason.code.value == "awaiting_reclaim"
+        assert wait.reason.details["reclaim"] == "any" and wait.reason.details["reclaim_min_runtime_s"] == 3600
+        assert "within its nominal h100 quota (0 in use + 32 requested <= 32)" in wait.reason.message
+        assert "younger than 3600 s" in wait.reason.message
 
 
 def test_reclaim_never_pushes_the_borrower_below_nominal():

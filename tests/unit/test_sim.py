@@ -370,11 +370,15 @@ def test_quota_owed_is_the_gpu_time_a_team_waited_for_within_its_nominal_quota()
         cluster = size_cluster(parse_policy(yaml.safe_dump(doc), "test.yaml"), tr)
         result = Simulation(make_variant(name, cluster.policy), cluster.nodes, tr, quotas_of=cluster.policy).run()
         check_conservation(result)
+        owed_s[name] = result.wait_s_by_reason["b"]
         return summarize(result)["fairness"]["quota_owed_gpu_hours"] * 3600
 
+    owed_s: dict[str, dict[str, float]] = {}
     # b asks 8 of its 16 GPUs at t=10 while a's 32-GPU job borrows them; the first cycle runs at t=30
     assert owed("gpuplane") == pytest.approx(20 * 8), "reclaimed at the first cycle"
     assert owed("fifo") == pytest.approx(990 * 8), "no quotas: b waits for a's job to end"
     assert owed("gpuplane", min_runtime_s=3600) == pytest.approx(990 * 8), "a's run is too young to reclaim"
+    assert owed_s["gpuplane"] == {"awaiting_cycle": 20.0, "awaiting_reclaim": 970.0}
     assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=0) == pytest.approx(20 * 8)
     assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=500) == pytest.approx(490 * 8)
+    assert owed_s["gpuplane"] == {"awaiting_cycle": 20.0, "awaiting_reclaim": 470.0}, "a cycle when a's run is 500 s"

@@ -35,6 +35,7 @@ class ReasonCode(StrEnum):
     QUOTA_NOMINAL_EXCEEDED = "quota_nominal_exceeded"
     BORROWING_LIMIT_EXCEEDED = "borrowing_limit_exceeded"
     COHORT_QUOTA_EXHAUSTED = "cohort_quota_exhausted"
+    AWAITING_RECLAIM = "awaiting_reclaim"
     NONPREEMPTIBLE_CANNOT_BORROW = "nonpreemptible_cannot_borrow"
     INSUFFICIENT_CAPACITY = "insufficient_capacity"
     TOPOLOGY_UNSATISFIABLE = "topology_unsatisfiable"

@@ -41,6 +41,7 @@ _FAILURE_RANK = {
             ReasonCode.TOPOLOGY_UNSATISFIABLE,
             ReasonCode.INSUFFICIENT_CAPACITY,
             ReasonCode.COHORT_QUOTA_EXHAUSTED,
+            ReasonCode.AWAITING_RECLAIM,
             ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW,
             ReasonCode.BORROWING_LIMIT_EXCEEDED,
             ReasonCode.QUOTA_NOMINAL_EXCEEDED,
@@ -446,6 +447,7 @@ _queue_order = attrgetter("order")
 _QUOTA_PREEMPTABLE = frozenset(
     {
         ReasonCode.COHORT_QUOTA_EXHAUSTED,
+        ReasonCode.AWAITING_RECLAIM,
         ReasonCode.BORROWING_LIMIT_EXCEEDED,
         ReasonCode.QUOTA_NOMINAL_EXCEEDED,
         ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW,

@@ -100,7 +100,8 @@ class QuotaLedger:
         extra = max(0, after - guaranteed) - max(0, used - guaranteed)
         key = (queue.cohort, flavor)
         if extra and self.drawn[key] + extra > self.index.cohort_lendable.get(key, 0):
-            return self._refuse(ReasonCode.COHORT_QUOTA_EXHAUSTED, queue, flavor, milli)
+            code = ReasonCode.COHORT_QUOTA_EXHAUSTED if borrowing else ReasonCode.AWAITING_RECLAIM
+            return self._refuse(code, queue, flavor, milli)
         return _BORROWING if borrowing else _OK
 
     def _refuse(self, code: ReasonCode, queue: QueueInfo, flavor: str, milli: int) -> QuotaVerdict:
@@ -114,7 +115,7 @@ class QuotaLedger:
         if code is ReasonCode.BORROWING_LIMIT_EXCEEDED:
             assert quota.borrow_limit is not None
             details["borrowing_limit"] = _gpus(quota.borrow_limit)
-        elif code is ReasonCode.COHORT_QUOTA_EXHAUSTED:
+        elif code in (ReasonCode.COHORT_QUOTA_EXHAUSTED, ReasonCode.AWAITING_RECLAIM):
             assert queue.cohort is not None
             key = (queue.cohort, flavor)
             details.update(
@@ -125,6 +126,11 @@ class QuotaLedger:
                     "guaranteed": _gpus(quota.guaranteed),
                 }
             )
+            if code is ReasonCode.AWAITING_RECLAIM:
+                rules = self.index.policy.scheduling.preemption
+                spared = self.index.reclaim_min_runtime_s
+                details["reclaim"] = rules.reclaim_within_cohort if rules.enabled else "off"
+                details["reclaim_min_runtime_s"] = spared or 0.0
         return QuotaVerdict(False, code=code, details=details)
 
     def charge(self, queue: QueueInfo, flavor: str, milli: int) -> None:

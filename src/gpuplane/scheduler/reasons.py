@@ -42,6 +42,12 @@ _TEMPLATES: dict[ReasonCode, str] = {
         "cohort {cohort} has no {flavor} quota left to lend: {cohort_in_use} of {cohort_lendable} lendable GPUs "
         "are in use"
     ),
+    ReasonCode.AWAITING_RECLAIM: (
+        "within its nominal {flavor} quota ({in_use} in use + {requested} requested <= {nominal}), but other "
+        "queues of cohort {cohort} borrow it and none of their work can be reclaimed now (reclaim_within_cohort: "
+        "{reclaim}; runs younger than {reclaim_min_runtime_s:g} s are spared, as are promoted and non-preemptible "
+        "work)"
+    ),
     ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW: (
         "it would borrow {flavor} quota, but it is not preemptible and borrowed quota must be reclaimable"
     ),
