@@ -307,3 +307,30 @@ def test_non_checkpointing_work_is_never_moved_by_consolidation(tmp_path: Path) 
     events = LiveNodeScaler(cp, cp.node_provider, Metrics(policy), clock).tick()
     assert "consolidate_underutilized" not in [e.reason for e in events]
     assert cp.jobs["small"].state is JobState.RUNNING, "not drained: it does not checkpoint"
+
+
+def test_a_team_kept_from_its_nominal_quota_waits_for_reclaim_and_the_gauge_shows_what_it_is_owed(
+    tmp_path: Path,
+) -> None:
+    policy = load_policy(str(POLICY), ["scheduling.preemption.min_runtime_s=3600"])
+    engine, clock, metrics = FakeEngine(), Clock(), Metrics(policy)
+    ids = (f"j{n}" for n in itertools.count())
+    cp = ControlPlane(
+        policy, Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}"), engine, FakeNodes(), clock, lambda: next(ids)
+    )
+    cp.metrics = metrics
+    cp.submit(JobRecord("borrower", "product", "borrower", "training", ["true"], 2, 4, 1000.0))
+    cp.tick()  # product (nominal 0) borrows all 8 training GPUs of research's quota
+    engine.phase["borrower"] = RunStatus(RunPhase.RUNNING)
+    clock.now += 60
+    cp.submit(job("mine", pods=1, gpus=4, submit=clock.now))
+    cp.tick()
+    assert cp.jobs["mine"].state is JobState.PENDING and not engine.signalled, "the borrower's run is too young"
+    (decision,) = [d for d in cp.last_result.decisions if d.workload_id == "mine"]  # type: ignore[union-attr]
+    assert decision.reason.code.value == "awaiting_reclaim"
+    text = metrics.render().decode()
+    assert 'gpuplane_team_quota_owed_gpus{team="research"} 4.0' in text
+    assert 'gpuplane_team_quota_owed_gpus{team="product"} 0.0' in text
+    clock.now += 3600
+    cp.tick()  # now old enough: reclaimed
+    assert engine.signalled == ["borrower"]

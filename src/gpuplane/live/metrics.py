@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from gpuplane.live.convert import gpus_asked, gpus_held
 from gpuplane.live.records import JobRecord, JobState
+from gpuplane.model.guarantee import owed_gpus
 from gpuplane.policy import PolicySpec
 
 _WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
@@ -33,6 +34,7 @@ class Metrics:
         self._price = {p.name: p.price_per_node_hour / p.gpus_per_node for p in policy.pools}
         self._pools = [p.name for p in policy.pools]
         self._teams = [t.name for t in policy.teams]
+        self._nominal = {t.name: float(sum(q.nominal for q in t.quotas.values())) for t in policy.teams}
         self.gpus_total = Gauge("gpuplane_pool_gpus", "GPUs on ready nodes of the pool", ["pool"], registry=r)
         self.gpus_allocated = Gauge(
             "gpuplane_pool_gpus_allocated", "GPUs held by admitted or running work", ["pool"], registry=r
@@ -48,6 +50,12 @@ class Metrics:
         self.pending_gpus = Gauge("gpuplane_queue_pending_gpus", "GPUs asked by waiting jobs", ["queue"], registry=r)
         self.running_jobs = Gauge("gpuplane_queue_running_jobs", "Jobs holding GPUs", ["queue"], registry=r)
         self.team_gpus = Gauge("gpuplane_team_gpus_allocated", "GPUs the team's work holds", ["team"], registry=r)
+        self.team_owed = Gauge(
+            "gpuplane_team_quota_owed_gpus",
+            "GPUs of the team's pending jobs that fit in the part of its nominal quota it does not hold",
+            ["team"],
+            registry=r,
+        )
         self.queue_wait = Histogram(
             "gpuplane_queue_wait_seconds",
             "Time from (re)queueing to admission",
@@ -117,6 +125,7 @@ class Metrics:
         team_gpus: dict[str, float] = defaultdict(float)
         pending_jobs: dict[str, int] = defaultdict(int)
         pending_gpus: dict[str, float] = defaultdict(float)
+        pending_sizes: dict[str, dict[float, int]] = defaultdict(dict)
         running: dict[str, int] = defaultdict(int)
         dt = 0.0 if self._last_cost_time is None else max(0.0, now - self._last_cost_time)
         self._last_cost_time = now
@@ -133,7 +142,10 @@ class Metrics:
                     self.team_cost.labels(job.team).inc(held * dt * self._price.get(pool, 0.0) / 3600.0)
             elif job.state is JobState.PENDING:
                 pending_jobs[job.team] += 1
-                pending_gpus[job.team] += gpus_asked(job)
+                asked = gpus_asked(job)
+                pending_gpus[job.team] += asked
+                sizes = pending_sizes[job.team]
+                sizes[asked] = sizes.get(asked, 0) + 1
         for pool in self._pools:
             self.gpus_total.labels(pool).set(gpus_by_pool.get(pool, 0))
             self.gpus_allocated.labels(pool).set(allocated[pool])
@@ -145,6 +157,7 @@ class Metrics:
             self.pending_gpus.labels(team).set(pending_gpus[team])
             self.running_jobs.labels(team).set(running[team])
             self.team_gpus.labels(team).set(team_gpus[team])
+            self.team_owed.labels(team).set(owed_gpus(self._nominal[team], team_gpus[team], pending_sizes[team]))
 
     def observe_event(self, kind: str, reason: str, team: str | None, details: dict[str, object]) -> None:
         """Count one control-plane event in the matching counter."""

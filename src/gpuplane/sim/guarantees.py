@@ -3,9 +3,8 @@
 A nominal quota promises a team that work asking for no more than the quota is admitted, taking back
 what other teams borrowed if it must (Kueue's reclaim). The ledger measures how well a policy keeps
 that promise, whatever the policy itself enforces: while a team holds fewer GPUs than its nominal
-quota and has pending jobs that fit in the difference, the GPUs of those jobs are owed. Jobs are
-counted largest first, so a gang that alone would exceed the quota is not owed (it needs borrowed
-GPUs), and for sizes that are powers of two the count is the most that fits.
+quota and has pending jobs that fit in the difference, the GPUs of those jobs are owed
+(``model.guarantee.owed_gpus``, which the live plane's gauge uses too).
 
 Every policy of a comparison is measured against the same quotas (those of the user's policy), so a
 policy without quotas (FIFO, Tiresias-style) shows what ignoring them costs the teams they protect.
@@ -17,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpuplane.model.guarantee import owed_gpus
 from gpuplane.policy import PolicySpec
-
-_EPSILON = 1e-9
 
 
 @dataclass(slots=True)
@@ -35,17 +33,6 @@ class _Team:
         """Add the owed GPUs since the last change, up to ``now``."""
         self.owed_gpu_s += self.rate * (now - self.since)
         self.since = now
-
-    def owed_now(self) -> float:
-        """GPUs of pending jobs that fit, largest first, in the nominal quota the team does not use."""
-        free = self.nominal - self.held
-        if free <= _EPSILON or not self.pending:
-            return 0.0
-        owed = 0.0
-        for size in sorted(self.pending, reverse=True):
-            fits = min(self.pending[size], int((free - owed + _EPSILON) // size)) if size > 0 else 0
-            owed += fits * size
-        return owed
 
 
 class GuaranteeLedger:
@@ -65,14 +52,14 @@ class GuaranteeLedger:
         state = self._change(team, now)
         if state is not None:
             state.held += gpus
-            state.rate = state.owed_now()
+            state.rate = owed_gpus(state.nominal, state.held, state.pending)
 
     def asked(self, team: str, gpus: float, now: float) -> None:
         """A job of ``gpus`` GPUs became pending (submitted, preempted or interrupted)."""
         state = self._change(team, now)
         if state is not None:
             state.pending[gpus] = state.pending.get(gpus, 0) + 1
-            state.rate = state.owed_now()
+            state.rate = owed_gpus(state.nominal, state.held, state.pending)
 
     def granted(self, team: str, gpus: float, now: float) -> None:
         """A pending job of ``gpus`` GPUs started: it is no longer asked for."""
@@ -83,7 +70,7 @@ class GuaranteeLedger:
                 state.pending[gpus] = left
             else:
                 del state.pending[gpus]
-            state.rate = state.owed_now()
+            state.rate = owed_gpus(state.nominal, state.held, state.pending)
 
     def owed_gpu_s(self, now: float) -> dict[str, float]:
         """GPU-seconds owed and not held, per team with a nominal quota, up to ``now``."""
