@@ -34,7 +34,7 @@ class Metrics:
         self._price = {p.name: p.price_per_node_hour / p.gpus_per_node for p in policy.pools}
         self._pools = [p.name for p in policy.pools]
         self._teams = [t.name for t in policy.teams]
-        self._nominal = {t.name: float(sum(q.nominal for q in t.quotas.values())) for t in policy.teams}
+        self._nominal = {t.name: t.nominal_gpus() for t in policy.teams}
         self.gpus_total = Gauge("gpuplane_pool_gpus", "GPUs on ready nodes of the pool", ["pool"], registry=r)
         self.gpus_allocated = Gauge(
             "gpuplane_pool_gpus_allocated", "GPUs held by admitted or running work", ["pool"], registry=r

@@ -95,6 +95,10 @@ class TeamSpec(_Spec):
     max_gpus: int | None = Field(None, ge=1)
     allow_nonpreemptible_borrowing: bool = False
 
+    def nominal_gpus(self) -> float:
+        """The team's nominal quota in GPUs, summed over its flavors: what its quotas guarantee in all."""
+        return float(sum(q.nominal for q in self.quotas.values()))
+
 
 class PriorityTierSpec(_Spec):
     name: Name

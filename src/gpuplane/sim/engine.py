@@ -33,7 +33,7 @@ from gpuplane.scheduler import PolicyIndex
 from gpuplane.scheduler.cycle import CycleResult, run_cycle
 from gpuplane.scheduler.resolve import InvalidWorkload, resolve
 from gpuplane.scheduler.state import CycleState
-from gpuplane.sim.guarantees import GuaranteeLedger, nominal_gpus
+from gpuplane.sim.guarantees import GuaranteeLedger
 from gpuplane.sim.node_scaling import NodeScaler
 from gpuplane.sim.trace import Trace, TraceJob
 from gpuplane.sim.variants import JobView, Variant
@@ -271,7 +271,7 @@ class Simulation:
         self.last_decided: tuple[Decision, ...] = ()
         self.pending_gpus = 0.0
         self.pending_gpu_s = 0.0
-        self.guarantees = GuaranteeLedger(nominal_gpus(quotas_of or variant.policy))
+        self.guarantees = GuaranteeLedger.of(quotas_of or variant.policy)
         protections = {d for d in (self.index.min_runtime_s, self.index.reclaim_min_runtime_s) if d is not None}
         self.protections = sorted(protections) if self.policy.scheduling.preemption.enabled else []
         """Seconds after a start when a minimum runtime stops protecting the run: the scheduler looks again."""

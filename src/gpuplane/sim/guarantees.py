@@ -41,6 +41,11 @@ class GuaranteeLedger:
     def __init__(self, nominal_gpus: Mapping[str, float]) -> None:
         self._teams = {name: _Team(gpus) for name, gpus in nominal_gpus.items() if gpus > 0}
 
+    @classmethod
+    def of(cls, policy: PolicySpec) -> GuaranteeLedger:
+        """A ledger holding each team of ``policy`` to its nominal quota."""
+        return cls({team.name: team.nominal_gpus() for team in policy.teams})
+
     def _change(self, team: str, now: float) -> _Team | None:
         state = self._teams.get(team)
         if state is not None:
@@ -77,8 +82,3 @@ class GuaranteeLedger:
         for state in self._teams.values():
             state.settle(now)
         return {name: state.owed_gpu_s for name, state in self._teams.items()}
-
-
-def nominal_gpus(policy: PolicySpec) -> dict[str, float]:
-    """Each team's nominal quota in GPUs, summed over its flavors."""
-    return {team.name: float(sum(q.nominal for q in team.quotas.values())) for team in policy.teams}
