@@ -300,6 +300,8 @@ def test_alerts_carry_the_policy_thresholds():
         by_name.setdefault(r["alert"], []).append(r)
     (pending,) = by_name["GpuplanePendingJobsHigh"]
     assert pending["expr"].endswith("> 100") and pending["for"] == "30m"
+    (owed,) = by_name["GpuplaneQuotaGuaranteeMissed"]
+    assert 'kueue_cluster_queue_nominal_quota{resource="nvidia.com/gpu"}' in owed["expr"] and owed["for"] == "15m"
     (wait,) = by_name["GpuplaneQueueWaitHigh"]
     assert wait["expr"].endswith("> 7200")
     slo = by_name["GpuplaneInferenceSloBreach"]

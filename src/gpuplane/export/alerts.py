@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpuplane.export.inference import ServingMetrics
 from gpuplane.export.model import ExportBundle, Obj
-from gpuplane.export.view import PolicyView, metadata, minutes
+from gpuplane.export.view import GPU, PolicyView, metadata, minutes
 
 NODE_POOL = "gpuplane:node_pool:info"
 NODE_PRICE = "gpuplane:node_price_per_hour"
@@ -86,6 +86,24 @@ def alert_rules(view: PolicyView, metrics: ServingMetrics, node_autoscaler: str)
                 wait.severity,
                 "Long queue waits in {{ $labels.cluster_queue }}",
                 f"p95 wait before admission above {wait.p95_above_minutes:g} minutes.",
+            )
+        )
+    if alerts.quota_guarantee is not None:
+        owed = alerts.quota_guarantee
+        unused = (
+            f'sum by (cluster_queue) (kueue_cluster_queue_nominal_quota{{resource="{GPU}"}}) - '
+            f'sum by (cluster_queue) (kueue_cluster_queue_resource_usage{{resource="{GPU}"}})'
+        )
+        out.append(
+            _alert(
+                "GpuplaneQuotaGuaranteeMissed",
+                f"({unused}) > 0 and on (cluster_queue) sum by (cluster_queue) (kueue_pending_workloads) > 0",
+                owed.for_minutes,
+                owed.severity,
+                "{{ $labels.cluster_queue }} waits while part of its nominal GPU quota is unused",
+                f"Team queue {{{{ $labels.cluster_queue }}}} has had pending workloads for {owed.for_minutes:g} "
+                "minutes while it uses less than its nominal GPU quota: the quota is lent out and not reclaimed, "
+                "or the pending work does not fit in the rest. Needs Kueue's metrics.enableClusterQueueResources.",
             )
         )
     if alerts.inference_slo is not None:

@@ -103,6 +103,11 @@ class QueueWaitAlert(_Spec):
     severity: Severity = "warning"
 
 
+class QuotaGuaranteeAlert(_Spec):
+    for_minutes: float = Field(15.0, gt=0)
+    severity: Severity = "warning"
+
+
 class InferenceSloAlert(_Spec):
     for_minutes: float = Field(5.0, gt=0)
     severity: Severity = "critical"
@@ -123,6 +128,7 @@ class LowGpuUtilizationAlert(_Spec):
 class AlertsSpec(_Spec):
     pending_jobs: PendingJobsAlert | None = Field(default_factory=PendingJobsAlert)
     queue_wait: QueueWaitAlert | None = Field(default_factory=QueueWaitAlert)
+    quota_guarantee: QuotaGuaranteeAlert | None = Field(default_factory=QuotaGuaranteeAlert)
     inference_slo: InferenceSloAlert | None = Field(default_factory=InferenceSloAlert)
     node_provisioning: NodeProvisioningAlert | None = Field(default_factory=NodeProvisioningAlert)
     low_gpu_utilization: LowGpuUtilizationAlert | None = Field(default_factory=LowGpuUtilizationAlert)
