@@ -241,11 +241,12 @@ def _ordering_warnings(view: PolicyView, bundle: ExportBundle) -> None:
             + (", nor preemption rights for them" if scheduling.starvation_guard_preempts_borrowed else ""),
             "dropped",
         )
-    for field in ("min_runtime_s", "reclaim_min_runtime_s"):
+    minimum_runtimes = {"min_runtime_s": "preemption", "reclaim_min_runtime_s": "reclaim"}
+    for field, action in minimum_runtimes.items():
         if getattr(scheduling.preemption, field):
             bundle.warn(
                 f"scheduling.preemption.{field}",
-                "a minimum runtime before " + ("reclaim" if field.startswith("reclaim") else "preemption"),
+                f"a minimum runtime before {action}",
                 "Kueue may preempt or reclaim a workload as soon as it is admitted",
                 "dropped",
             )

@@ -52,10 +52,10 @@ def _job_figures(records: list[JobRecord]) -> tuple[list[float], list[float], li
 _N = TypeVar("_N", int, float)
 
 
-def _by_reason(per_team: list[dict[str, _N]]) -> dict[str, _N]:
-    """Figures per reason code summed over teams, largest first."""
+def sum_by_reason(parts: list[dict[str, _N]]) -> dict[str, _N]:
+    """Figures per reason code summed over ``parts`` (teams, or policies), largest first."""
     total: dict[str, _N] = {}
-    for by_code in per_team:
+    for by_code in parts:
         for code, n in by_code.items():
             total[code] = total[code] + n if code in total else n
     return dict(sorted(total.items(), key=lambda item: (-item[1], item[0])))
@@ -63,7 +63,7 @@ def _by_reason(per_team: list[dict[str, _N]]) -> dict[str, _N]:
 
 def _hours_by_reason(waits: list[dict[str, float]]) -> dict[str, float]:
     """Job-hours of waiting per reason code summed over teams, largest first: where the queueing went."""
-    return {code: seconds / 3600 for code, seconds in _by_reason(waits).items()}
+    return {code: seconds / 3600 for code, seconds in sum_by_reason(waits).items()}
 
 
 def summarize(result: SimResult) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
             "mean_slowdown": _stats(t_slow)["mean"],
             "gpu_hours": sum(r.run_s * r.gpus for r in records) / 3600,
             "wait_hours_by_reason": _hours_by_reason([result.wait_s_by_reason.get(team, {})]),
-            "preemptions_by_reason": _by_reason([result.preemptions_by_reason.get(team, {})]),
+            "preemptions_by_reason": sum_by_reason([result.preemptions_by_reason.get(team, {})]),
             "quota_owed_gpu_hours": result.quota_owed_gpu_s.get(team, 0.0) / 3600,
         }
     cost = {
@@ -116,7 +116,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "preemptions": sum(r.preemptions for r in result.records),
         "lost_gpu_hours": lost_gpu_s / 3600,
         "wait_hours_by_reason": _hours_by_reason(list(result.wait_s_by_reason.values())),
-        "preemptions_by_reason": _by_reason(list(result.preemptions_by_reason.values())),
+        "preemptions_by_reason": sum_by_reason(list(result.preemptions_by_reason.values())),
         "spot_interruptions": result.interruptions,
         "interrupted_jobs": sum(r.interruptions for r in result.records),
         "lost_gpu_hours_to_interruptions": result.interrupted_lost_gpu_s / 3600,

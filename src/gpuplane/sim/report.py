@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpuplane.sim.metrics import sum_by_reason
 from gpuplane.sim.runner import Comparison
 
 _COLUMNS = (
@@ -83,12 +84,8 @@ WAIT_REASONS_SHOWN = 7
 
 def _wait_reasons(summaries: dict[str, dict[str, Any]]) -> str:
     """Job-hours of waiting per policy, stacked by reason code (the largest codes, the rest as 'other')."""
-    totals: dict[str, float] = {}
-    for summary in summaries.values():
-        for code, hours in summary["wait_hours_by_reason"].items():
-            totals[code] = totals.get(code, 0.0) + hours
-    shown = sorted(totals, key=lambda code: -totals[code])[:WAIT_REASONS_SHOWN]
-    waits = [summary["wait_hours_by_reason"] for summary in summaries.values()]
+    waits: list[dict[str, float]] = [summary["wait_hours_by_reason"] for summary in summaries.values()]
+    shown = list(sum_by_reason(waits))[:WAIT_REASONS_SHOWN]
     rows = {code: [w.get(code, 0.0) for w in waits] for code in shown}
     rows["other"] = [sum(h for code, h in w.items() if code not in rows) for w in waits]
     names = list(summaries)
