@@ -241,6 +241,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     """Replay a request trace against one inference service under several replica-scaling policies."""
+    from gpuplane.sim.durations import format_duration
     from gpuplane.sim.serving import compare_serving
     from gpuplane.sim.serving_model import ServingModel
     from gpuplane.sim.serving_trace import read_serving_trace
@@ -257,7 +258,7 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
         prefill_tokens_per_s=args.prefill_tokens_per_s, decode_step_s=args.decode_step_s, max_batch=args.max_batch
     )
     console.print(
-        f"trace {args.trace}: {trace.duration_s / 86400:.1f} days"
+        f"trace {args.trace}: {format_duration(trace.duration_s)}"
         + (f", {trace.skipped} rows skipped" if trace.skipped else "")
         + (
             f", {gaps} gap windows ({'interpolated' if args.gaps == 'interpolate' else 'replayed as no traffic'})"
@@ -275,6 +276,8 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
             policy, args.service, trace, names, model, args.seed, args.replica_startup_s, progress
         )
     data = comparison.to_dict()
+    if not comparison.slo_check.attainable:
+        console.print(f"[bold red]warning[/]: {comparison.slo_check.message}", soft_wrap=True)
     data["trace"]["gap_windows"] = gaps
     data["trace"]["gaps"] = args.gaps
     m = data["model"]
@@ -419,7 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_simulate)
     serving = sub.add_parser("simulate-serving", help="replay a request trace through replica-scaling policies")
     serving.add_argument("--policy", required=True, help="policy file with the service (services:)")
-    serving.add_argument("--trace", required=True, help="KIND:PATH, KIND servegen (model folder or CSV) or azure")
+    serving.add_argument(
+        "--trace", required=True, help="KIND:PATH, KIND servegen (model folder or CSV), azure (CSV) or mooncake (JSONL)"
+    )
     serving.add_argument("--service", help="the policy's service to drive (default: its first)")
     serving.add_argument("--compare", default="gpuplane,hpa,static,oracle", help="policies: gpuplane,hpa,static,oracle")
     serving.add_argument("--replica-startup-s", type=float, help="override the service's replica_startup_s")

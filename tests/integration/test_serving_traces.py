@@ -42,3 +42,17 @@ def test_azure_trace_replays_every_request_with_its_tokens():
     own = comparison.model.occupancy_s(trace.context_tokens, trace.generated_tokens).mean()
     assert comparison.profile.mean_occupancy_s == pytest.approx(own), "the trace's own tokens, not the fit"
     assert comparison.figures["gpuplane"]["slo_attainment"] > 0.999
+
+
+MOONCAKE = TRACES / "mooncake_fast25" / "conversation_trace.jsonl"
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="shared Mooncake trace not present")
+def test_mooncake_prompts_make_the_slo_unattainable_and_nothing_runs_to_the_cap():
+    trace = read_serving_trace(f"mooncake:{MOONCAKE}")
+    assert trace.request_s.size == 12_031 and trace.skipped == 0
+    assert 3500 < trace.duration_s < 3600
+    comparison = compare_serving(load_policy(str(POLICY)), None, trace)
+    assert not comparison.slo_check.attainable and comparison.slo_check.reason == "prefill_exceeds_slo"
+    cap = comparison.service.autoscaling.max_replicas
+    assert all(f["max_replicas"] < cap / 10 for f in comparison.figures.values())

@@ -173,3 +173,14 @@ def test_a_new_service_without_scale_to_zero_starts_at_min_replicas_before_any_r
     assert (first.desired, first.code) == (3, R.AT_MIN)
     opted_in = ReplicaAutoscaler(service(min_replicas=1, scale_to_zero=True))
     assert opted_in.decide(ServiceSignals(now=0, rps=0, ready=0)).desired == 0
+
+
+def test_latency_signal_does_not_run_away_when_the_floor_alone_breaks_the_slo():
+    only_latency = service(target_rps_per_replica=None, scale_on_latency=True)
+    scaler = ReplicaAutoscaler(only_latency)
+    decisions = drive(scaler, lambda t: 5.0, 0, 600, 2, latency_s=1.5, latency_floor_s=1.2)
+    assert max(d.desired for d in decisions) == 2, "prefill alone is over the 500 ms SLO: replicas do not help"
+    assert decisions[-1].code is R.SLO_UNATTAINABLE
+    assert decisions[-1].details["slo_unattainable"]["reason"] == "latency_floor_exceeds_slo"
+    waiting = drive(ReplicaAutoscaler(only_latency), lambda t: 5.0, 0, 30, 2, latency_s=0.9, latency_floor_s=0.3)
+    assert waiting[0].desired == 6, "the queueing part (0.6 s over 0.2 s of room) asks for 3x the replicas"

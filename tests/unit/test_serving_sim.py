@@ -170,3 +170,53 @@ def test_gap_windows_are_counted_and_interpolated(tmp_path):
     filled = trace.fill_gaps()
     assert list(filled.rates) == [0, 100, 200, 300, 400, 0], "leading and trailing idle windows stay"
     assert filled.gap_windows == 0 and trace.rates[2] == 0
+
+
+def test_mooncake_jsonl_keeps_lengths_and_skips_bad_lines(tmp_path):
+    path = tmp_path / "mooncake.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0]}\n'
+        '{"timestamp": 2500, "input_length": 100, "output_length": 3}\n{"timestamp": "x"}\n\n'
+    )
+    trace = read_serving_trace(f"mooncake:{path}")
+    assert trace.skipped == 1 and list(trace.context_tokens) == [6758, 100]
+    assert list(trace.request_s) == [0.0, 2.5] and list(trace.counts(0)) == [1.0, 0.0, 1.0]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("{}\n")
+    with pytest.raises(TraceError, match="input_length"):
+        read_serving_trace(f"mooncake:{empty}")
+
+
+def _long_prompts(tmp_path: Path, seconds: int = 1800) -> Path:
+    path = tmp_path / "long.jsonl"
+    rows = [
+        f'{{"timestamp": {i * 250}, "input_length": {16000 + i % 7}, "output_length": 50}}' for i in range(seconds * 4)
+    ]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_an_unattainable_slo_is_reported_and_nothing_runs_away(tmp_path):
+    trace = read_serving_trace(f"mooncake:{_long_prompts(tmp_path)}")
+    comparison = compare_serving(_policy(min_replicas=3), None, trace)
+    check = comparison.to_dict()["slo_check"]
+    assert not check["attainable"] and check["reason"] == "prefill_exceeds_slo"
+    assert "median prompt" in check["message"] and check["best_attainment"] == 0.0
+    f = comparison.figures
+    assert f["gpuplane"]["max_replicas"] < 20, "the latency signal does not chase an SLO prefill breaks"
+    assert f["static"]["max_replicas"] <= comparison.service.autoscaling.max_replicas
+    assert comparison.runs["oracle"].held.min() >= 3, "the oracle honours min_replicas"
+
+
+def test_oracle_honours_min_replicas_in_idle_minutes(tmp_path):
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [0, 50, 0, 0, 0])}")
+    comparison = compare_serving(_policy(min_replicas=2), None, trace, ("oracle",))
+    assert comparison.runs["oracle"].held.min() == 2
+
+
+def test_cli_prints_short_traces_in_minutes_and_warns_of_an_unattainable_slo(tmp_path, capsys):
+    path = _long_prompts(tmp_path, seconds=600)
+    assert main(["simulate-serving", "--policy", SERVING, "--trace", f"mooncake:{path}", "--compare", "oracle"]) == 0
+    out = capsys.readouterr().out
+    assert "10.0 min" in out and "0.0 days" not in out
+    assert "SLO unattainable" in out

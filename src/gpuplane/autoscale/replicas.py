@@ -61,6 +61,7 @@ class ReplicaReasonCode(StrEnum):
     SCALE_TO_ZERO = "scale_to_zero"
     WAKE_FROM_ZERO = "wake_from_zero"
     NO_CHANGE = "no_change"
+    SLO_UNATTAINABLE = "slo_unattainable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +77,9 @@ class ServiceSignals:
     """Replicas started but still loading the model."""
     latency_s: float | None = None
     """The SLO percentile of request latency over the interval (None: no request finished)."""
+    latency_floor_s: float | None = None
+    """The part of that latency more replicas cannot remove (the SLO percentile of a request's own service
+    time, e.g. its prefill, without waiting); None when the runtime cannot tell it apart."""
     queue_depth: float = 0.0
     """Requests waiting for a replica at the end of the interval."""
     gpu_utilization: float | None = None
@@ -213,6 +217,14 @@ class ReplicaAutoscaler:
             code = ReplicaReasonCode.AT_MAX if bounded < limited else ReplicaReasonCode.AT_MIN
         if bounded == current and code in (ReplicaReasonCode.SCALE_UP, ReplicaReasonCode.SCALE_DOWN):
             code = ReplicaReasonCode.WITHIN_TOLERANCE if wanted == current else ReplicaReasonCode.NO_CHANGE
+        if self._unattainable(signals):
+            details["slo_unattainable"] = {
+                "reason": "latency_floor_exceeds_slo",
+                "latency_floor_s": signals.latency_floor_s,
+                "slo_s": self.service.slo.latency_ms / 1000,
+            }
+            if code in (ReplicaReasonCode.WITHIN_TOLERANCE, ReplicaReasonCode.NO_CHANGE):
+                code = ReplicaReasonCode.SLO_UNATTAINABLE
         return self._record(now, current, bounded, code, details)
 
     def _remember(self, signals: ServiceSignals) -> None:
@@ -275,14 +287,21 @@ class ReplicaAutoscaler:
         memory = self._mean(window, now, "gpu_memory_used")
         if spec.min_gpu_memory_headroom is not None and memory is not None:
             counts["gpu_memory"] = self._ratio_count(base, memory, 1 - spec.min_gpu_memory_headroom)
-        if spec.scale_on_latency and signals.latency_s is not None:
+        if spec.scale_on_latency and signals.latency_s is not None and not self._unattainable(signals):
             slo_s = self.service.slo.latency_ms / 1000
-            latency_count = self._ratio_count(base, signals.latency_s, slo_s)
+            floor = signals.latency_floor_s or 0.0
+            latency_count = self._ratio_count(base, max(0.0, signals.latency_s - floor), slo_s - floor)
             if signals.starting:
                 latency_count = min(latency_count, current)
             if not counts or latency_count > current:
                 counts["latency"] = latency_count
         return (max(counts.values()) if counts else current), counts
+
+    def _unattainable(self, signals: ServiceSignals) -> bool:
+        """Whether the latency floor alone breaks the SLO: then no replica count helps, and the latency
+        signal would only run the fleet to ``max_replicas``."""
+        floor = signals.latency_floor_s
+        return floor is not None and floor >= self.service.slo.latency_ms / 1000
 
     def _trend_rps(self, now: float, rps: float) -> float | None:
         """The request rate one replica startup ahead, if it is rising: a least-squares line through the

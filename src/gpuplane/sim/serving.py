@@ -30,7 +30,15 @@ import numpy as np
 from gpuplane.autoscale import ReplicaAutoscaler, ServiceSignals
 from gpuplane.policy.schema import PolicySpec
 from gpuplane.policy.schema_serving import ServiceSpec, hpa_scale_down, hpa_scale_up
-from gpuplane.sim.serving_model import ServingModel, TokenProfile, attainment, latency_quantile
+from gpuplane.sim.serving_model import (
+    ServingModel,
+    SloCheck,
+    TokenProfile,
+    attainment,
+    check_slo,
+    latency_quantile,
+    prefill_quantile,
+)
 from gpuplane.sim.serving_trace import ServingTrace
 from gpuplane.sim.trace import TraceError
 
@@ -66,6 +74,7 @@ class ServingComparison:
     offered: np.ndarray
     """The expected offered load each second (work averaged over a minute): what Erlang C is fed."""
     price_per_gpu_hour: float
+    slo_check: SloCheck
     runs: dict[str, ServingRun] = field(default_factory=dict)
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -90,6 +99,7 @@ class ServingComparison:
                 "slo_ttft_s": self.service.slo.latency_ms / 1000,
                 "slo_attainment_target": self.service.slo.attainment,
             },
+            "slo_check": self.slo_check.to_dict(),
             "policies": self.figures,
         }
 
@@ -181,26 +191,32 @@ def _simulate_fixed(counts: np.ndarray, work: np.ndarray, replicas: np.ndarray, 
 
 def oracle_replicas(service: ServiceSpec, model: ServingModel, profile: TokenProfile, work: np.ndarray) -> np.ndarray:
     """Per second, the fewest replicas whose slots serve that minute's highest offered load within the SLO
-    target (each minute on its own, no startup time: a lower bound no policy can beat by much)."""
+    target (each minute on its own, no startup time: a lower bound no policy can beat by much).
+
+    Bounded: a binary search between the replicas the load needs at full batch and ``max_replicas``, never
+    below ``min_replicas`` (zero only for a service that scales to zero, in a minute without load). When the
+    SLO cannot be met at any count (``check_slo``), the goal is the target share of what is attainable, so
+    the search does not run to the cap chasing requests whose prefill alone breaks the SLO.
+    """
+    spec = service.autoscaling
     slo_s = service.slo.latency_ms / 1000
-    target = service.slo.attainment
+    check = check_slo(profile, slo_s, service.slo.attainment)
+    goal = service.slo.attainment if check.attainable else check.best_attainment * service.slo.attainment
     pad = (-work.size) % MINUTE
     minutes = np.concatenate([work, np.zeros(pad)]).reshape(-1, MINUTE).max(axis=1)
-    out = np.zeros(minutes.size, dtype=np.int64)
     batch = model.max_batch
-    for m, offered in enumerate(minutes.tolist()):
-        if offered <= 0:
-            out[m] = 0
-            continue
-        replicas = max(1, math.ceil(offered / batch))
-        while True:
-            slots = np.array([replicas * batch], dtype=float)
-            got = attainment(profile, slo_s, np.zeros(1), slots, np.array([offered]))[0]
-            if got >= target or replicas > 10**6:
-                break
-            replicas += max(1, replicas // 200)
-        out[m] = replicas
-    return np.repeat(out, MINUTE)[: work.size]
+    floor = np.where(minutes > 0, spec.min_replicas, 0 if spec.scale_to_zero else spec.min_replicas)
+    lo = np.maximum(floor, np.floor(minutes / batch).astype(np.int64) + (minutes > 0)).astype(np.int64)
+    hi = np.full(minutes.size, spec.max_replicas, dtype=np.int64)
+    lo = np.minimum(lo, hi)
+    zeros = np.zeros(minutes.size)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        good = attainment(profile, slo_s, zeros, (mid * batch).astype(float), minutes) >= goal
+        hi = np.where(good & (lo < hi), mid, hi)
+        lo = np.where(~good & (lo < hi), mid + 1, lo)
+    out: np.ndarray = np.repeat(lo, MINUTE)[: work.size]
+    return out
 
 
 def _simulate_autoscaled(
@@ -228,6 +244,7 @@ def _simulate_autoscaled(
     arrivals = counts.tolist()
     batch = model.max_batch
     q = service.slo.percentile / 100
+    floor_s = prefill_quantile(profile, q)
     backlog = 0.0
     actions = 0
     reasons: dict[str, int] = {}
@@ -255,6 +272,7 @@ def _simulate_autoscaled(
                 ready=fleet.ready,
                 starting=len(fleet.starting),
                 latency_s=worst if worst > 0 else None,
+                latency_floor_s=floor_s,
                 queue_depth=backlog / profile.mean_occupancy_s,
                 gpu_utilization=min(1.0, offered_sum / capacity) if capacity > 0 else None,
             )
@@ -340,8 +358,9 @@ def compare_serving(
         noise = np.random.default_rng(seed + 1).standard_normal(counts.size)
         work = np.maximum(0.0, counts * profile.mean_occupancy_s + np.sqrt(counts) * profile.std_occupancy_s * noise)
     offered = _smoothed(work)
+    slo = check_slo(profile, service.slo.latency_ms / 1000, service.slo.attainment)
     comparison = ServingComparison(
-        service, trace, model, profile, counts, work, offered, _price_per_gpu_hour(policy, service)
+        service, trace, model, profile, counts, work, offered, _price_per_gpu_hour(policy, service), slo
     )
     oracle = oracle_replicas(service, model, profile, offered)
     initial = int(oracle[0]) if oracle.size else 1

@@ -117,12 +117,17 @@ def attainment(
     return result
 
 
+def prefill_quantile(profile: TokenProfile, q: float) -> float:
+    """The ``q`` quantile of prefill time: the latency no replica count removes."""
+    return float(profile.prefill_quantiles_s[min(QUANTILES - 1, int(q * QUANTILES))])
+
+
 def latency_quantile(profile: TokenProfile, q: float, backlog_wait_s: float, slots: float, offered: float) -> float:
     """An estimate of the ``q`` quantile of time to first token in one second (for the autoscaler's signal);
     when overloaded, the backlog ahead plus the second's excess work spread over the slots."""
     if slots <= 0:
         return math.inf
-    prefill = float(profile.prefill_quantiles_s[min(QUANTILES - 1, int(q * QUANTILES))])
+    prefill = prefill_quantile(profile, q)
     pw = float(wait_probability(np.array([slots]), np.array([offered]))[0])
     if offered >= slots:
         return backlog_wait_s + prefill + (offered - slots) / slots
@@ -130,3 +135,50 @@ def latency_quantile(profile: TokenProfile, q: float, backlog_wait_s: float, slo
     if pw > 1 - q:
         extra = math.log(pw / (1 - q)) * profile.mean_occupancy_s / (slots - offered)
     return backlog_wait_s + prefill + extra
+
+
+def best_attainment(profile: TokenProfile, slo_s: float) -> float:
+    """The attainment no replica count can beat: the fraction of requests whose prefill alone fits in the
+    SLO (unlimited replicas, no wait)."""
+    return float(np.mean(profile.prefill_quantiles_s <= slo_s))
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    """Whether the service's latency SLO can be met at all under this trace and replica model, and why not."""
+
+    attainable: bool
+    best_attainment: float
+    target: float
+    reason: str | None = None
+    """Machine-readable code when unattainable (``prefill_exceeds_slo``)."""
+    message: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready."""
+        return {
+            "attainable": self.attainable,
+            "best_attainment": self.best_attainment,
+            "target": self.target,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+def check_slo(profile: TokenProfile, slo_s: float, target: float) -> SloCheck:
+    """Decide whether ``target`` of requests can start within ``slo_s`` with unlimited replicas; when not,
+    say why in terms of the prompts (the median prompt's prefill, the share whose prefill is too long)."""
+    best = best_attainment(profile, slo_s)
+    if best >= target:
+        return SloCheck(True, best, target)
+    median = float(np.median(profile.prefill_quantiles_s))
+    head = (
+        f"prefill of the median prompt ({median:.2f} s) exceeds the TTFT SLO ({slo_s:g} s)"
+        if median > slo_s
+        else f"{1 - best:.1%} of prompts take longer than the TTFT SLO ({slo_s:g} s) to prefill"
+    )
+    message = (
+        f"SLO unattainable: {head}; with unlimited replicas at most {best:.2%} of requests meet it "
+        f"(target {target:.2%}). Fix: raise slo.latency_ms, lower slo.attainment, or use a faster model profile"
+    )
+    return SloCheck(False, best, target, "prefill_exceeds_slo", message)

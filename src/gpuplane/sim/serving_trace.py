@@ -1,5 +1,5 @@
-"""Request-rate traces for the serving simulator: ServeGen (rates per 10-minute window) and Azure LLM
-inference 2023 (one row per request, with token counts).
+"""Request-rate traces for the serving simulator: ServeGen (rates per 10-minute window), Azure LLM
+inference 2023 and Mooncake (FAST'25) (one row per request, with token counts).
 
 A trace becomes per-second request counts: ServeGen's window rates are interpolated per second and
 drawn as a seeded Poisson process; Azure's requests are counted in the second they arrived, and keep
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -202,12 +203,47 @@ def _azure(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     return (np.asarray(times)[order] - t0, np.asarray(context)[order], np.asarray(generated)[order], skipped)
 
 
+def _mooncake(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Mooncake JSON lines: ``timestamp`` (ms from the start), ``input_length``, ``output_length``."""
+    times: list[float] = []
+    context: list[int] = []
+    generated: list[int] = []
+    skipped = 0
+    with path.open() as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                t, c, g = float(row["timestamp"]) / 1000.0, int(row["input_length"]), int(row["output_length"])
+            except (KeyError, TypeError, ValueError):
+                skipped += 1
+                continue
+            if c < 0 or g < 0 or t < 0 or not math.isfinite(t):
+                skipped += 1
+                continue
+            times.append(t)
+            context.append(c)
+            generated.append(g)
+    if not times:
+        raise TraceError(
+            f"{path}: no usable requests. Fix: expected JSON lines with timestamp (ms), input_length, output_length"
+        )
+    order = np.argsort(times, kind="stable")
+    t0 = min(times)
+    return (np.asarray(times)[order] - t0, np.asarray(context)[order], np.asarray(generated)[order], skipped)
+
+
+KINDS = ("servegen", "azure", "mooncake")
+
+
 def read_serving_trace(spec: str) -> ServingTrace:
     """Read ``KIND:PATH`` (KIND ``servegen`` for a ServeGen model folder or aggregate CSV, ``azure`` for an
-    Azure LLM inference CSV); TraceError names the problem and the fix."""
+    Azure LLM inference CSV, ``mooncake`` for a Mooncake JSON-lines trace); TraceError names the problem and
+    the fix."""
     kind, sep, raw = spec.partition(":")
-    if not sep or kind not in ("servegen", "azure"):
-        raise TraceError(f"--trace '{spec}': expected KIND:PATH with KIND servegen or azure")
+    if not sep or kind not in KINDS:
+        raise TraceError(f"--trace '{spec}': expected KIND:PATH with KIND one of {', '.join(KINDS)}")
     path = Path(raw)
     if not path.exists():
         raise TraceError(f"{path}: no such file or folder")
@@ -216,5 +252,5 @@ def read_serving_trace(spec: str) -> ServingTrace:
         rates, skipped = _servegen_dir(path) if path.is_dir() else _servegen_csv(path)
         name = path.name.removesuffix("_aggregate_rate.csv").removesuffix(".csv")
         return ServingTrace(name, spec, 600.0, rates, empty, empty, empty, skipped)
-    seconds, context, generated, skipped = _azure(path)
+    seconds, context, generated, skipped = _azure(path) if kind == "azure" else _mooncake(path)
     return ServingTrace(path.stem, spec, 1.0, empty, seconds, context, generated, skipped)
