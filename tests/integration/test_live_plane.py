@@ -5,31 +5,53 @@ One plane serves every test of this module (starting Ray costs seconds); each te
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from gpuplane.cli import main
 from gpuplane.io.policy_file import load_policy
+from gpuplane.live.sandbox import SAFE_VARIABLES
 from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
+from gpuplane.policy.schema_auth import TokenRef
 from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, wait_for
 
 pytestmark = pytest.mark.live
 
 
+ADMIN_TOKEN_VARIABLE = "GPUPLANE_TEST_ADMIN_TOKEN"
+PLANE_SECRET = ("GPUPLANE_TEST_CLOUD_SECRET", "cloud-secret-of-the-plane")
+
+
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlane]:
+    """The plane reads the admin token from an environment variable and has another secret in its environment,
+    as a real deployment does (neither may reach a job)."""
     data = tmp_path_factory.mktemp("live")
-    live = LivePlane(load_policy(POLICY), ServeOptions(data_dir=data, tick_s=0.2, node_tick_s=0.5))
-    live.start()
+    policy = load_policy(POLICY)
+    auth = policy.auth.model_copy(update={"admin_token": TokenRef(env=ADMIN_TOKEN_VARIABLE)})
+    os.environ[ADMIN_TOKEN_VARIABLE] = TOKENS["admin"]
+    os.environ[PLANE_SECRET[0]] = PLANE_SECRET[1]
     try:
-        yield live
+        live = LivePlane(
+            policy.model_copy(update={"auth": auth}), ServeOptions(data_dir=data, tick_s=0.2, node_tick_s=0.5)
+        )
+        live.start()
+        try:
+            yield live
+        finally:
+            live.stop()
     finally:
-        live.stop()
+        os.environ.pop(ADMIN_TOKEN_VARIABLE, None)
+        os.environ.pop(PLANE_SECRET[0], None)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +100,32 @@ def test_two_node_gang_runs_a_training_loop_on_the_chosen_gpus(api: str) -> None
     assert len(masters) == 1, "every rank is told the same rendezvous address"
     reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": job["id"]}).json()]
     assert reasons[:1] == ["submitted"] and "admitted_within_nominal" in reasons and reasons[-1] == "succeeded"
+
+
+def test_a_job_sees_only_its_own_environment_and_cannot_read_the_plane_files(api: str, plane: LivePlane) -> None:
+    c = client(api, "research")
+    dump = "import json, os; print('ENV ' + json.dumps(dict(os.environ)))"
+    spec = {"name": "env", "entrypoint": [sys.executable, "-c", dump], "gpus_per_pod": 1, "env": {"MY_SETTING": "42"}}
+    job = c.post("/v1/jobs", json=spec).json()
+    assert wait_for(lambda: reached(c, job["id"], "succeeded", "failed"), 60, "the job")["state"] == "succeeded"
+    log = c.get(f"/v1/jobs/{job['id']}/logs").text
+    env = json.loads(log.split("ENV ", 1)[1].splitlines()[0])
+    assert env["MY_SETTING"] == "42" and env["GPUPLANE_JOB_ID"] == job["id"] and "PATH" in env
+    for secret in (*TOKENS.values(), PLANE_SECRET[1]):
+        assert secret not in log, "no token or secret of the plane reaches a job"
+    plane_vars = {"CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    extra = {k for k in env if k not in SAFE_VARIABLES | plane_vars | {"MY_SETTING"} and not k.startswith("LC_")}
+    assert all(k.startswith("GPUPLANE_") for k in extra), extra
+    assert plane.cluster is not None
+    for pid in plane.cluster.node_pids:
+        node_env = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+        assert TOKENS["admin"] not in node_env and PLANE_SECRET[1] not in node_env, "nor a Ray node's environment"
+    data = plane.options.data_dir
+    log_file = plane.engine.log_path(job["id"], 1, 0)
+    private = [data / "gpuplane.db", data / "tokens.json", log_file]
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in private if f.exists()), private
+    for folder in (data, log_file.parent, plane.engine.checkpoint_dir(job["id"])):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
 
 
 def test_preempted_gang_checkpoints_and_resumes_from_its_checkpoint(api: str, plane: LivePlane) -> None:

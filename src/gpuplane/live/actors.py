@@ -1,8 +1,10 @@
 """Code that runs inside Ray actors on the cluster's nodes: one rank of a job, or one inference replica.
 
 A job rank runs the user's entrypoint as a child process in its own session, so the control plane can
-signal it to checkpoint (SIGTERM) and kill it after the grace period. A replica serves HTTP on the node's
-address and calls the service's handler (an importable ``module:function`` taking and returning JSON).
+signal it to checkpoint (SIGTERM) and kill it after the grace period. The entrypoint sees only its job's
+environment (``sandbox.job_environment``), never the node's, and writes a log only the plane's user can read.
+A replica serves HTTP on the node's address and calls the service's handler (an importable
+``module:function`` taking and returning JSON).
 """
 
 from __future__ import annotations
@@ -21,6 +23,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from gpuplane.live.sandbox import job_environment, open_private_log, private_dir
+
+
+def start_entrypoint(argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """Start a job's entrypoint in its own session with only ``env`` on top of the safe base, output to ``log_path``."""
+    if not cwd.exists():
+        private_dir(cwd)
+    log = open_private_log(log_path)
+    try:
+        return subprocess.Popen(
+            argv,
+            env=job_environment(os.environ, env),
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        os.close(log)
+
 
 class JobRank:
     """One pod of a job: the entrypoint with the GPUs the scheduler chose and the job's environment."""
@@ -36,14 +58,8 @@ class JobRank:
         """Start the entrypoint; returns the process id, the node address and the GPU ids Ray assigned."""
         import ray
 
-        Path(self._log_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(self._cwd).mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self._env}
         ray_gpus = ray.get_gpu_ids()
-        with open(self._log_path, "ab") as log:
-            self._proc = subprocess.Popen(
-                self._argv, env=env, cwd=self._cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self._proc = start_entrypoint(self._argv, self._env, Path(self._cwd), Path(self._log_path))
         node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         return {
             "pid": self._proc.pid,

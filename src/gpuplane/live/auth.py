@@ -54,6 +54,12 @@ class TokenTable:
         return list(self._by_owner)
 
 
+def token_variables(policy: PolicySpec) -> list[str]:
+    """The environment variables the policy's ``auth`` section reads tokens from."""
+    refs = [policy.auth.admin_token, *policy.auth.team_tokens.values()]
+    return sorted({ref.env for ref in refs if ref is not None and ref.env is not None})
+
+
 def resolve_tokens(policy: PolicySpec, data_dir: Path, generate_missing: bool) -> tuple[TokenTable, list[str]]:
     """Every team's and the admin's token from the policy's ``auth`` section.
 

@@ -7,7 +7,8 @@ custom resource per GPU index (``gpuplane_gpu_<i>``) so that Ray's accounting pi
 scheduler chose, and ``gpuplane_slot`` so that bundles without whole GPUs still have a resource.
 
 Worker nodes are ``ray start --block`` processes (``providers.LocalNodeProvider`` adds and removes them on
-the node autoscaler's behalf); the head is started in-process by ``ray.cluster_utils.Cluster``.
+the node autoscaler's behalf), started with the plane's environment minus its secrets
+(``sandbox.without_secrets``); the head is started in-process by ``ray.cluster_utils.Cluster``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gpuplane.live.sandbox import without_secrets
 
 NODE_LABEL = "gpuplane.io/node"
 POOL_LABEL = "gpuplane.io/pool"
@@ -157,7 +160,9 @@ class LocalRayCluster:
         ]
         log_path = Path(tempfile.gettempdir()) / f"gpuplane-node-{os.getpid()}-{name}.log"
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=without_secrets(os.environ)
+            )
         with self._lock:
             self._nodes[name] = proc
         deadline = time.monotonic() + timeout_s
@@ -186,6 +191,12 @@ class LocalRayCluster:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+
+    @property
+    def node_pids(self) -> list[int]:
+        """Process ids of the worker nodes' ``ray start`` processes."""
+        with self._lock:
+            return [proc.pid for proc in self._nodes.values()]
 
     @property
     def node_names(self) -> list[str]:

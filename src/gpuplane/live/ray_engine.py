@@ -19,6 +19,7 @@ from typing import Any
 from gpuplane.live.actors import JobRank, ServiceReplica
 from gpuplane.live.ray_cluster import NODE_LABEL, SLOT_RESOURCE, discover_nodes, gpu_resource
 from gpuplane.live.records import JobRecord
+from gpuplane.live.sandbox import private_dir
 
 NAMESPACE = "gpuplane"
 CALL_TIMEOUT_S = 10.0
@@ -151,8 +152,7 @@ class RayEngine:
     def _job_env(
         self, job: JobRecord, rank: int, world: int, pod: dict[str, Any], master: str, grace: float
     ) -> dict[str, str]:
-        ckpt = self.checkpoint_dir(job.id)
-        ckpt.mkdir(parents=True, exist_ok=True)
+        ckpt = private_dir(self.checkpoint_dir(job.id))
         return {
             **job.env,
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in pod["gpus"]),

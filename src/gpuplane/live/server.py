@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplane.live.api import create_app
-from gpuplane.live.auth import TokenTable, resolve_tokens
+from gpuplane.live.auth import TokenTable, resolve_tokens, token_variables
 from gpuplane.live.control import ControlPlane
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.node_scaling import LiveNodeScaler
@@ -18,6 +19,7 @@ from gpuplane.live.ports import NodeProvider
 from gpuplane.live.providers import ClusterNodes, LocalNodeProvider
 from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.ray_engine import NAMESPACE, RayEngine
+from gpuplane.live.sandbox import private_dir
 from gpuplane.live.services import ServiceManager
 from gpuplane.live.store import Store
 from gpuplane.policy import PolicySpec
@@ -45,18 +47,24 @@ def new_job_id() -> str:
 
 
 class LivePlane:
-    """Everything ``gpuplane serve`` runs: Ray connection, store, engine, control loop, services, API."""
+    """Everything ``gpuplane serve`` runs: Ray connection, store, engine, control loop, services, API.
+
+    The token variables the policy names are read once and removed from the process environment, so no
+    process the plane starts (Ray's head and nodes, their workers, the jobs) inherits them.
+    """
 
     def __init__(self, policy: PolicySpec, options: ServeOptions) -> None:
         import ray
 
         self.policy = policy
         self.options = options
-        options.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(options.data_dir)
         self.tokens: TokenTable
         self.tokens, notes = resolve_tokens(policy, options.data_dir, options.generate_tokens)
         for note in notes:
             log.warning("generated %s", note)
+        for name in token_variables(policy):
+            os.environ.pop(name, None)
         url = options.database_url or f"sqlite:///{options.data_dir / 'gpuplane.db'}"
         self.store = Store.open(url)
         self.cluster: LocalRayCluster | None = None
@@ -132,9 +140,13 @@ class LivePlane:
 
 
 def run(policy: PolicySpec, options: ServeOptions, host: str, port: int) -> None:
-    """Run the control plane and serve the API until interrupted."""
+    """Run the control plane and serve the API until interrupted.
+
+    Everything the plane and the processes it starts create is private to its OS user (umask 077).
+    """
     import uvicorn
 
+    os.umask(0o077)
     plane = LivePlane(policy, options)
     plane.start()
     try:

@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 
 from gpuplane.live import tables
 from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord, ServiceState
+from gpuplane.live.sandbox import PRIVATE_FILE, private_file
 
 _SPEC_FIELDS = (
     "name",
@@ -82,6 +83,7 @@ class Store:
             ) from exc
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
+            _private_sqlite_file(engine.url.database)
         try:
             with engine.begin() as conn:
                 _migrate(conn)
@@ -215,6 +217,17 @@ class Store:
             )
             for row in rows
         ]
+
+
+def _private_sqlite_file(database: str | None) -> None:
+    """Create the SQLite file readable by its owner only; SQLite gives its -wal and -shm files the same mode."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    if path.parent.exists():
+        path.touch(mode=PRIVATE_FILE, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            private_file(Path(f"{path}{suffix}"))
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
