@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "src" / "gpuplane"
-CORE_PACKAGES = ("model", "policy", "scheduler", "autoscale")
+CORE_PACKAGES = ("model", "policy", "accounting", "scheduler", "autoscale")
 BANNED_MODULES = {
     "time",
     "random",
@@ -22,7 +22,7 @@ BANNED_MODULES = {
     "rich",
 }
 BANNED_CALLS = {"open", "print", "input"}
-LAYER = {"model": 0, "policy": 1, "scheduler": 2, "autoscale": 3}
+LAYER = {"model": 0, "policy": 1, "accounting": 2, "scheduler": 3, "autoscale": 4}
 
 
 def core_files():
