@@ -31,6 +31,7 @@ def check_conservation(result: SimResult, speeds: dict[str, float] | None = None
     )
     check_reasons(result)
     check_owed(result)
+    check_costs(result)
 
 
 def check_owed(result: SimResult) -> None:
@@ -57,3 +58,26 @@ def check_reasons(result: SimResult) -> None:
         assert math.isclose(attributed, seconds, rel_tol=1e-9, abs_tol=1e-3), f"{team}: {attributed} != {seconds}"
         assert sum(result.preemptions_by_reason.get(team, {}).values()) == stops[team], team
     assert set(result.wait_s_by_reason) <= set(waited) and set(result.preemptions_by_reason) <= set(stops)
+
+
+def check_costs(result: SimResult) -> None:
+    """Every GPU-second held is charged once at its pool's price: the run ledger agrees with the pools' totals,
+    its lost work with the jobs' lost work, its periods with its teams; every run ended with one outcome."""
+    accounts = result.accounts
+    assert accounts is not None
+    total = accounts.ledger.total()
+    assert math.isclose(total.gpu_s, result.allocated_gpu_s, rel_tol=1e-9, abs_tol=1e-3)
+    pool_cost = sum(gpu_s / 3600 * result.gpu_price_per_hour[pool] for pool, gpu_s in result.pool_gpu_s.items())
+    assert math.isclose(total.cost, pool_cost, rel_tol=1e-9, abs_tol=1e-6), f"runs {total.cost} != pools {pool_cost}"
+    lost = sum(r.lost_s * r.gpus for r in result.records)
+    assert math.isclose(total.lost_gpu_s, lost, rel_tol=1e-9, abs_tol=1e-3), f"lost {total.lost_gpu_s} != {lost}"
+    assert math.isclose(total.spot_gpu_s + total.on_demand_gpu_s + total.reserved_gpu_s, total.gpu_s, rel_tol=1e-9)
+    periods = sum(p.usage.cost for p in accounts.ledger.periods())
+    assert math.isclose(periods, total.cost, rel_tol=1e-9, abs_tol=1e-6)
+    runs = accounts.outcomes.summary()
+    ended = sum(1 for r in result.records if r.end is not None)
+    assert runs["runs"] + accounts.unknown_ends == ended + sum(r.preemptions for r in result.records)
+    assert runs["runs_by_outcome"]["preempted"] == sum(r.preemptions for r in result.records)
+    assert sum(len(c) for c in accounts.job_costs.values()) == ended
+    job_cost = sum(sum(c) for c in accounts.job_costs.values())
+    assert math.isclose(job_cost, total.cost, rel_tol=1e-9, abs_tol=1e-6), f"jobs {job_cost} != runs {total.cost}"

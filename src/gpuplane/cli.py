@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -147,6 +148,21 @@ def _underloaded_hint(data: dict[str, Any]) -> str | None:
     )
 
 
+def _cost_line(figures: dict[str, Any]) -> str | None:
+    """One policy's cost and run outcomes in a sentence: total, lost work, per job, and how runs ended."""
+    usage = figures["cost"].get("usage")
+    outcomes = figures.get("outcomes")
+    if usage is None or outcomes is None:
+        return None
+    lost = usage["lost_cost"] / usage["cost"] if usage["cost"] else 0.0
+    per_job = figures["cost"]["per_job"]["mean"]
+    ends = ", ".join(f"{rate:.1%} {o}" for o, rate in outcomes["run_rates"].items() if rate)
+    return (
+        f"cost {usage['cost']:,.0f} ({lost:.1%} lost to preemption), {per_job:,.2f} per job; "
+        f"{outcomes['runs']:,} runs: {ends or 'none ended'}"
+    )
+
+
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Replay a trace through one or more policies on the same cluster and report every figure."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -154,6 +170,10 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     from gpuplane.sim.readers import read_trace
     from gpuplane.sim.runner import Options, compare
 
+    events = Path(args.events) if args.events else None
+    if events is not None and not events.parent.is_dir():
+        print(f"error: --events {args.events}: folder {events.parent} does not exist. Fix: create it", file=sys.stderr)
+        return EXIT_INVALID
     policy = load_policy(args.policy, args.set)
     trace = read_trace(args.trace)
     if args.limit:
@@ -170,6 +190,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         seed=args.seed,
         workers=args.workers,
         autoscale_nodes=args.autoscale_nodes,
+        events_path=events,
     )
     report = trace.report
     console.print(
@@ -226,6 +247,12 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         if total > 0:
             top = ", ".join(f"{code} {hours / total:.0%}" for code, hours in list(waits.items())[:3])
             console.print(f"{name}: {total:,.0f} job-hours waiting; {top}")
+    for name, p in data["policies"].items():
+        line = _cost_line(p)
+        if line:
+            console.print(f"{name}: {line}")
+    if events is not None:
+        console.print(f"scheduling events written to {events}")
     hint = _underloaded_hint(data)
     if hint:
         console.print(f"[yellow]{hint}[/yellow]")
@@ -419,6 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument("--json", help="write every figure to this JSON file")
     sim.add_argument("--html", help="write a report with plots to this HTML file")
+    sim.add_argument("--events", help="write the scheduling events of every policy to this file as JSON lines")
     sim.set_defaults(func=cmd_simulate)
     serving = sub.add_parser("simulate-serving", help="replay a request trace through replica-scaling policies")
     serving.add_argument("--policy", required=True, help="policy file with the service (services:)")

@@ -27,12 +27,14 @@ from typing import Protocol
 
 from gpuplane.model import DecisionKind, Node, PodSet, Workload, WorkloadClass
 from gpuplane.model.decision import Decision, ReasonCode
+from gpuplane.model.outcome import Outcome, RunEnd
 from gpuplane.model.placement import Placement
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex
 from gpuplane.scheduler.cycle import CycleResult, run_cycle
 from gpuplane.scheduler.resolve import InvalidWorkload, resolve
 from gpuplane.scheduler.state import CycleState
+from gpuplane.sim.accounts import EventSink, SimAccounts
 from gpuplane.sim.guarantees import GuaranteeLedger
 from gpuplane.sim.node_scaling import NodeScaler
 from gpuplane.sim.trace import Trace, TraceJob
@@ -171,6 +173,8 @@ class SimResult:
     quota_owed_gpu_s: dict[str, float] = field(default_factory=dict)
     """Per team with a nominal quota: GPU-seconds it asked for within that quota and did not hold
     (``sim.guarantees``)."""
+    accounts: SimAccounts | None = None
+    """Every run's cost and how it ended (``sim.accounts``)."""
 
 
 def _asked_gpus(workload: Workload) -> float:
@@ -208,9 +212,12 @@ class Simulation:
         seed: int = 0,
         node_autoscaling: bool = False,
         quotas_of: PolicySpec | None = None,
+        on_event: EventSink | None = None,
     ) -> None:
         """``quotas_of``: the policy whose nominal quotas are the guarantees measured (``quota_owed``); a
-        comparison passes the user's policy so that policies without quotas are held to the same ones."""
+        comparison passes the user's policy so that policies without quotas are held to the same ones.
+        ``on_event``: receives every scheduling event (admit, preempt, wait reason changed, finish, scale up
+        and down) as it happens."""
         self.variant = variant
         self.policy: PolicySpec = variant.policy
         self.index = PolicyIndex(self.policy)
@@ -272,6 +279,7 @@ class Simulation:
         self.pending_gpus = 0.0
         self.pending_gpu_s = 0.0
         self.guarantees = GuaranteeLedger.of(quotas_of or variant.policy)
+        self.accounts = SimAccounts(self.policy, on_event)
         protections = {d for d in (self.index.min_runtime_s, self.index.reclaim_min_runtime_s) if d is not None}
         self.protections = sorted(protections) if self.policy.scheduling.preemption.enabled else []
         """Seconds after a start when a minimum runtime stops protecting the run: the scheduler looks again."""
@@ -344,6 +352,7 @@ class Simulation:
         self._account(now)
         for record in self.pending.values():
             self._close_wait(record, now)
+        self.accounts.sink = None
         return SimResult(
             variant=self.variant.name,
             capacity_gpus=sum(n.gpus for n in self.nodes),
@@ -365,6 +374,7 @@ class Simulation:
             wait_s_by_reason=self.wait_s,
             preemptions_by_reason=self.stops,
             quota_owed_gpu_s=self.guarantees.owed_gpu_s(now),
+            accounts=self.accounts,
         )
 
     def _account(self, now: float) -> None:
@@ -458,6 +468,7 @@ class Simulation:
     def _waits_for(self, record: JobRecord, code: str, now: float) -> None:
         """A cycle left the job waiting for ``code``: from now on its waiting counts there."""
         if record.wait_code != code:
+            self.accounts.wait_changed(record.job, record.wait_code, code, now - record.wait_since, now)
             self._close_wait(record, now)
             record.wait_code = code
 
@@ -480,7 +491,8 @@ class Simulation:
         return ran
 
     def _finish(self, record: JobRecord, now: float) -> None:
-        self._stop(record, now)
+        ran = self._stop(record, now)
+        self.accounts.run_ended(record, now - ran, now, 0.0, record.job.end)
         record.remaining_s = 0.0
         record.end = now
         self.state.finish(record.job.id)
@@ -529,6 +541,7 @@ class Simulation:
         record.wait_code, record.wait_since = reason, now  # until a cycle looks at it again
         checkpoint = record.checkpoint_s
         kept = (ran // checkpoint) * checkpoint if checkpoint else 0.0
+        self.accounts.run_ended(record, now - ran, now, ran - kept, RunEnd(Outcome.PREEMPTED, reason))
         record.lost_s += ran - kept
         record.remaining_s = max(0.0, record.remaining_s - kept * record.speed)
         record.preemptions += 1
@@ -570,6 +583,7 @@ class Simulation:
         """Plan the pools' nodes (``autoscale.nodes``) from the last cycle; order and release nodes."""
         assert self.scaler is not None
         ordered, released, drained = self.scaler.tick(now, self.last_decided, self._pending_workload)
+        self.accounts.scaled(self.scaler.applied, now)
         for name, ready_at in ordered:
             self._push(ready_at, Event.NODE_READY, name)
         for wid in drained:
@@ -634,4 +648,6 @@ class Simulation:
                 self._waits_for(records[wid], blocked, now)
         for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
-                self._start(self.records[decision.workload_id], decision.placement, now)
+                record = self.records[decision.workload_id]
+                self._start(record, decision.placement, now)
+                self.accounts.admitted(record, decision, now)

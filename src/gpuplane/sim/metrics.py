@@ -8,6 +8,8 @@ Definitions (also in docs/simulate.md):
   in-job utilization, so allocation is what is reported as ``gpu_utilization``.
 - lost GPU-hours = GPU time of work thrown away by preemption (since the last checkpoint).
 - Jain's index over the teams' mean slowdowns: 1 is perfectly even, 1/n is one team taking all.
+- cost of a run = GPU-hours it held x its pool's price per GPU-hour, lost work (since the last checkpoint
+  when it was stopped) included and also reported apart; outcome rates are over runs (``accounting``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from gpuplane.accounting import Usage
+from gpuplane.sim.accounts import SimAccounts
 from gpuplane.sim.engine import JobRecord, SimResult
 
 
@@ -91,6 +95,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
             "wait_hours_by_reason": _hours_by_reason([result.wait_s_by_reason.get(team, {})]),
             "preemptions_by_reason": sum_by_reason([result.preemptions_by_reason.get(team, {})]),
             "quota_owed_gpu_hours": result.quota_owed_gpu_s.get(team, 0.0) / 3600,
+            **({} if result.accounts is None else _team_accounts(result.accounts, team)),
         }
     cost = {
         pool: {"gpu_hours": gpu_s / 3600, "cost": gpu_s / 3600 * result.gpu_price_per_hour.get(pool, 0.0)}
@@ -127,7 +132,12 @@ def summarize(result: SimResult) -> dict[str, Any]:
             "max_team_queue_s": max((t["max_queue_s"] for t in teams.values()), default=0.0),
             "quota_owed_gpu_hours": sum(result.quota_owed_gpu_s.values()) / 3600,
         },
-        "cost": {"by_pool": cost, "total": sum(c["cost"] for c in cost.values())},
+        "cost": {
+            "by_pool": cost,
+            "total": sum(c["cost"] for c in cost.values()),
+            **({} if result.accounts is None else _cost_figures(result.accounts)),
+        },
+        **({} if result.accounts is None else {"outcomes": _outcome_figures(result.accounts)}),
         "cycles": result.cycles,
         "capacity": _capacity_figures(result),
         "per_team": teams,
@@ -146,4 +156,43 @@ def _capacity_figures(result: SimResult) -> dict[str, Any]:
         "pending_gpu_hours": result.pending_gpu_s / 3600,
         "provisioned_cost": cost,
         "node_autoscaling": result.node_scaling,
+    }
+
+
+def _cost_figures(accounts: SimAccounts) -> dict[str, Any]:
+    """Run costs over the whole run: GPU-hours by capacity type, lost work apart, per finished job, per class."""
+    classes: dict[str, Usage] = {}
+    for (_team, klass), usage in accounts.ledger.by_team_class.items():
+        classes.setdefault(klass, Usage()).add(usage)
+    return {
+        "usage": accounts.ledger.total().to_dict(),
+        "per_job": _stats([c for costs in accounts.job_costs.values() for c in costs]),
+        "by_class": {k: u.to_dict() for k, u in sorted(classes.items())},
+        "period_s": accounts.ledger.period_s,
+    }
+
+
+def _outcome_figures(accounts: SimAccounts) -> dict[str, Any]:
+    """How runs and jobs ended, overall and per workload class."""
+    tally = accounts.outcomes
+    return {
+        **tally.summary(),
+        "by_class": {k: tally.summary(klass=k) for k in tally.classes()},
+        "jobs_without_outcome": accounts.unknown_ends,
+    }
+
+
+def _team_accounts(accounts: SimAccounts, team: str) -> dict[str, Any]:
+    """One team's cost (total, per finished job, per period of virtual time) and outcomes (per class too)."""
+    tally = accounts.outcomes
+    return {
+        "cost": {
+            **accounts.ledger.by_team().get(team, Usage()).to_dict(),
+            "per_job": _stats(accounts.job_costs.get(team, [])),
+            "by_period": {f"{p.start:g}": p.usage.to_dict() for p in accounts.ledger.periods() if p.team == team},
+        },
+        "outcomes": {
+            **tally.summary(team=team),
+            "by_class": {k: summary for k in tally.classes() if (summary := tally.summary(team=team, klass=k))["runs"]},
+        },
     }

@@ -49,6 +49,8 @@ class NodeScaler:
         self.nodes_added = 0
         self.nodes_removed = 0
         self.consolidated = 0
+        self.applied: list[tuple[NodeDecision, int, tuple[str, ...]]] = []
+        """The last tick's decisions with the nodes each ordered and released (for the event stream)."""
         kept: dict[str, int] = {}
         minimum = {p.name: p.min_nodes for p in policy.pools}
         for node in nodes:
@@ -138,14 +140,18 @@ class NodeScaler:
         ordered: list[tuple[str, float]] = []
         released: list[str] = []
         drained: list[str] = []
+        self.applied = []
         for decision in plan:
             self.decisions[decision.code.value] = self.decisions.get(decision.code.value, 0) + 1
-            ordered += self._order(decision, now)
-            released += self._release(decision)
+            added = self._order(decision, now)
+            removed = self._release(decision)
             if decision.code is NodeReasonCode.CONSOLIDATE_UNDERUTILIZED:
                 for name in decision.remove:
                     drained += self._drain(name)
-                    released.append(name)
+                    removed.append(name)
+            ordered += added
+            released += removed
+            self.applied.append((decision, len(added), tuple(removed)))
         return ordered, released, drained
 
     def _order(self, decision: NodeDecision, now: float) -> list[tuple[str, float]]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpuplane.model.outcome import SUCCEEDED, FailureReason, Outcome, RunEnd, recorded_end
 from gpuplane.sim.trace import Trace, TraceError, TraceJob, TraceReport, finish
 
 _NAME = re.compile(r"[^a-z0-9.\-]+")
@@ -82,11 +83,16 @@ def read_philly_pollux(path: Path) -> Trace:
     return finish(jobs, report)
 
 
+_ALIBABA_ENDS = {"Succeeded": SUCCEEDED, "Failed": RunEnd(Outcome.FAILED, FailureReason.EXIT_CODE.value)}
+"""How a pod's last phase ended it; pods still Running (or Pending) at the trace's end have no outcome yet."""
+
+
 def read_alibaba_openb(path: Path) -> Trace:
     """Alibaba cluster-trace-gpu-v2023 (openb) pod list: GPU pods become batch jobs, QoS classes become teams.
 
     Run time is deletion_time - scheduled_time; pods still running at the end of the trace are
-    censored there (counted in the report), pods never scheduled and CPU-only pods are skipped.
+    censored there (counted in the report, with no outcome), pods never scheduled and CPU-only pods are
+    skipped. A ``Failed`` pod ends failed (``exit_code``: the trace gives no finer reason).
     """
     report = TraceReport("alibaba-openb", str(path))
     required = {"name", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time"}
@@ -111,7 +117,8 @@ def read_alibaba_openb(path: Path) -> Trace:
         if duration <= 0:
             report.skip("zero or negative run time")
             continue
-        if row["pod_phase"].strip() == "Running":
+        phase = row["pod_phase"].strip()
+        if phase == "Running":
             censored += 1
         milli = int(_number(row["gpu_milli"]) or 1000) if gpus == 1 else 1000
         spec = tuple(t for t in (row["gpu_spec"] or "").split("|") if t)
@@ -124,6 +131,7 @@ def read_alibaba_openb(path: Path) -> Trace:
                 int(gpus),
                 gpu_milli=max(1, min(1000, milli)),
                 gpu_types=spec,
+                end=_ALIBABA_ENDS.get(phase),
             )
         )
     report.notes.append(f"{censored} pods were still running at the end of the trace: their run time is censored there")
@@ -186,7 +194,7 @@ GPUPLANE_COLUMNS = ("id", "team", "submit_s", "duration_s", "gpus")
 
 def read_gpuplane(path: Path) -> Trace:
     """gpuplane's own job log, CSV or JSON lines: id, team, submit_s, duration_s, gpus, and optional
-    class, priority, gpu_milli, checkpoint_interval_s (see docs/simulate.md)."""
+    class, priority, gpu_milli, checkpoint_interval_s, outcome, failure_reason (see docs/simulate.md)."""
     report = TraceReport("gpuplane", str(path))
     rows: Iterator[tuple[int, dict[str, str]]]
     if path.suffix in (".jsonl", ".ndjson"):
@@ -223,6 +231,11 @@ def read_gpuplane(path: Path) -> Trace:
         if klass not in ("training", "batch", "inference"):
             raise TraceError(f"{path}:{line}: class '{klass}' is not one of training, batch, inference")
         checkpoint = _number(str(row.get("checkpoint_interval_s") or ""))
+        outcome = str(row.get("outcome") or "succeeded").strip()
+        try:
+            end = recorded_end(outcome, str(row.get("failure_reason") or "").strip() or None)
+        except ValueError as exc:
+            raise TraceError(f"{path}:{line}: {exc}. Fix: the outcome and failure_reason columns") from None
         jobs.append(
             TraceJob(
                 job_id,
@@ -234,6 +247,7 @@ def read_gpuplane(path: Path) -> Trace:
                 klass=klass,
                 priority=str(row["priority"]).strip() if row.get("priority") else None,
                 checkpoint_interval_s=checkpoint,
+                end=end,
             )
         )
     return finish(jobs, report)

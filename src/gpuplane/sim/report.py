@@ -102,6 +102,25 @@ def _wait_reasons(summaries: dict[str, dict[str, Any]]) -> str:
     return _png(fig)
 
 
+def _cost_table(summaries: dict[str, dict[str, Any]]) -> str:
+    """Per policy: what the runs cost (lost work apart, per finished job) and how they ended."""
+    header = "<tr><th>policy</th><th>cost</th><th>lost to preemption</th><th>per job (mean)</th>"
+    header += "<th>per job (p95)</th><th>spot GPU-h</th><th>runs</th>"
+    header += "".join(f"<th>{html.escape(o)}</th>" for o in ("succeeded", "failed", "preempted", "cancelled"))
+    rows = []
+    for name, s in summaries.items():
+        usage, per_job, outcomes = s["cost"]["usage"], s["cost"]["per_job"], s["outcomes"]
+        rates = "".join(
+            f"<td>{outcomes['run_rates'][o]:.1%}</td>" for o in ("succeeded", "failed", "preempted", "cancelled")
+        )
+        rows.append(
+            f"<tr><th>{html.escape(name)}</th><td>{usage['cost']:,.0f}</td><td>{usage['lost_cost']:,.0f}</td>"
+            f"<td>{per_job['mean']:,.2f}</td><td>{per_job['p95']:,.2f}</td><td>{usage['spot_gpu_hours']:,.0f}</td>"
+            f"<td>{outcomes['runs']:,}</td>{rates}</tr>"
+        )
+    return f"<table>{header}</tr>{''.join(rows)}</table>"
+
+
 def render_html(comparison: Comparison) -> str:
     """The report as one HTML page."""
     data = comparison.to_dict()
@@ -130,6 +149,10 @@ def render_html(comparison: Comparison) -> str:
             _per_team(comparison.summaries, lambda team: team["quota_owed_gpu_hours"], "GPU-hours owed"),
         ),
         ("Where the waiting went: job-hours per wait reason", _wait_reasons(comparison.summaries)),
+        (
+            "Cost per team (GPU-hours held at the pool's price, lost work included)",
+            _per_team(comparison.summaries, lambda team: team["cost"]["cost"], "cost"),
+        ),
     ]
     figures = "".join(f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in images)
     skipped = ", ".join(f"{k}: {v}" for k, v in trace["skipped"].items()) or "none"
@@ -142,5 +165,8 @@ td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}img{{max-width:10
 Cluster: {cluster["gpus"]:,} GPUs on {cluster["nodes"]:,} nodes, offered load {cluster["offered_load"]:.2f}.
 {html.escape(" ".join(cluster["notes"]))}</p>
 <table><tr><th>policy</th>{header}</tr>{"".join(rows)}</table>
+<h2>Cost and run outcomes</h2>
+<p>Share of runs that ended each way (a preempted run resumes later from its checkpoint).</p>
+{_cost_table(comparison.summaries)}
 {figures}
 </body></html>"""

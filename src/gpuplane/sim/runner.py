@@ -7,10 +7,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from queue import Queue
 from typing import Any
 
 from gpuplane.policy import PolicySpec
+from gpuplane.sim.accounts import JsonLinesSink
 from gpuplane.sim.engine import Estimator, OracleEstimator, SimResult, Simulation
 from gpuplane.sim.metrics import summarize
 from gpuplane.sim.setup import Cluster, HistoryEstimator, SetupError, auto_teams, size_cluster
@@ -37,6 +39,8 @@ class Options:
     """Policies simulated at once, each in its own process (1: one after another in this process)."""
     autoscale_nodes: bool = False
     """Provision the pools' nodes with the node autoscaler (the cluster size is then the pools' maximum)."""
+    events_path: Path | None = None
+    """Write every policy's scheduling events here as JSON lines (each with its ``policy``)."""
 
 
 @dataclass(slots=True)
@@ -104,7 +108,11 @@ def _estimator(kind: str) -> Estimator | None:
 def _simulate(
     name: str, cluster: Cluster, trace: Trace, options: Options, on_progress: Callable[[int], None] | None
 ) -> tuple[SimResult, float]:
-    """One policy on the comparison's cluster: its result and the wall time it took."""
+    """One policy on the comparison's cluster: its result and the wall time it took (its events, when asked,
+    go to ``events_part(options.events_path, name)``)."""
+    sink = (
+        None if options.events_path is None else JsonLinesSink(events_part(options.events_path, name), {"policy": name})
+    )
     simulation = Simulation(
         make_variant(name, cluster.policy),
         cluster.nodes,
@@ -116,10 +124,31 @@ def _simulate(
         seed=options.seed,
         node_autoscaling=options.autoscale_nodes,
         quotas_of=cluster.policy,
+        on_event=sink,
     )
     started = time.perf_counter()
-    result = simulation.run()
+    try:
+        result = simulation.run()
+    finally:
+        if sink is not None:
+            sink.close()
     return result, time.perf_counter() - started
+
+
+def events_part(path: Path, policy: str) -> Path:
+    """Where one policy's events are written before the comparison joins them into ``path``."""
+    return path.with_name(f".{path.name}.{policy}.part")
+
+
+def _join_events(path: Path, names: list[str]) -> None:
+    """Concatenate the policies' event files into ``path``, in the comparison's order, and remove them."""
+    with path.open("w", encoding="utf-8") as out:
+        for name in names:
+            part = events_part(path, name)
+            with part.open(encoding="utf-8") as handle:
+                for line in handle:
+                    out.write(line)
+            part.unlink()
 
 
 _PROGRESS_BATCH = 500
@@ -173,6 +202,8 @@ def compare(
                 on_start(name, len(trace.jobs))
             report = None if on_progress is None else (lambda n, name=name: on_progress(name, n))
             outcomes[name] = _simulate(name, cluster, trace, options, report)
+    if options.events_path is not None:
+        _join_events(options.events_path, names)
     for name in names:
         result, wall = outcomes[name]
         comparison.wall_s[name] = wall

@@ -8,8 +8,11 @@ and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
+
+from gpuplane.model.outcome import SUCCEEDED, RunEnd
 
 
 class TraceError(ValueError):
@@ -22,6 +25,8 @@ class TraceJob:
 
     ``duration_s`` is its run time on the trace's own GPUs (speed 1.0); ``gpus`` whole GPUs, or one
     GPU shared at ``gpu_milli``/1000 when ``gpu_milli`` is below 1000 (Alibaba's fractional GPUs).
+    ``end`` is how its last run ended in the trace (succeeded unless the trace says otherwise; None when
+    the trace cut it off before it ended, so its outcome is unknown).
     """
 
     id: str
@@ -34,6 +39,7 @@ class TraceJob:
     klass: str = "batch"
     priority: str | None = None
     checkpoint_interval_s: float | None = None
+    end: RunEnd | None = SUCCEEDED
 
     @property
     def gpu_seconds(self) -> float:
@@ -112,19 +118,5 @@ def finish(jobs: list[TraceJob], report: TraceReport) -> Trace:
     jobs.sort(key=lambda j: (j.submit_s, j.id))
     origin = jobs[0].submit_s
     if origin != 0:
-        jobs = [
-            TraceJob(
-                j.id,
-                j.team,
-                j.submit_s - origin,
-                j.duration_s,
-                j.gpus,
-                j.gpu_milli,
-                j.gpu_types,
-                j.klass,
-                j.priority,
-                j.checkpoint_interval_s,
-            )
-            for j in jobs
-        ]
+        jobs = [dataclasses.replace(j, submit_s=j.submit_s - origin) for j in jobs]
     return Trace(jobs, report)
