@@ -25,6 +25,18 @@ K8S_VERSION = "1.33"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
+def _python_patterns(node: Any) -> Any:
+    """Go's RE2 accepts inline flags after '^' (as in '^(?i)[a-z]'); Python's re wants them first."""
+    if isinstance(node, dict):
+        return {
+            k: (v.replace("^(?i)", "(?i)^") if k == "pattern" and isinstance(v, str) else _python_patterns(v))
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_python_patterns(v) for v in node]
+    return node
+
+
 @cache
 def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> openAPIV3Schema for every served version of the shipped CRDs."""
@@ -34,7 +46,7 @@ def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
             if version.get("served"):
-                out[(f"{group}/{version['name']}", kind)] = version["schema"]["openAPIV3Schema"]
+                out[(f"{group}/{version['name']}", kind)] = _python_patterns(version["schema"]["openAPIV3Schema"])
     return out
 
 

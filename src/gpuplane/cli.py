@@ -360,6 +360,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         serving_metrics=args.serving_metrics,
         prometheus_url=args.prometheus_url,
         node_class=NodeClass(group, kind, name),
+        karpenter_min_nodes=args.karpenter_min_nodes,
     )
     bundle = export_kubernetes(policy, options)
     written = write_bundle(bundle, args.output, policy.name)
@@ -492,6 +493,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--node-class",
         default="karpenter.k8s.aws/EC2NodeClass/gpu",
         help="GROUP/KIND/NAME of the Karpenter node class (default karpenter.k8s.aws/EC2NodeClass/gpu)",
+    )
+    export.add_argument(
+        "--karpenter-min-nodes",
+        choices=("static", "placeholder"),
+        default="static",
+        help="min_nodes as static NodePools (Karpenter's StaticCapacity gate) or as placeholder pods (default static)",
     )
     export.add_argument("--strict", action="store_true", help="exit 2 when any policy feature is not exactly expressed")
     export.set_defaults(func=cmd_export)

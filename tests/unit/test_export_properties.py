@@ -144,7 +144,7 @@ def test_any_valid_policy_exports_to_objects_an_api_server_accepts(data, options
                 promql_parser.parse(r["expr"])
     cqs = {cq["metadata"]["name"]: cq for cq in bundle.of_kind("ClusterQueue")}
     for team in policy.teams:
-        (group,) = cqs[team.name]["spec"]["resourceGroups"]
+        group = cqs[team.name]["spec"]["resourceGroups"][0]
         for entry in group["flavors"]:
             gpu = next(r for r in entry["resources"] if r["name"] == "nvidia.com/gpu")
             quota = team.quotas.get(entry["name"])

@@ -11,8 +11,10 @@ from gpuplane.export.core import emit_core, kueue_configuration
 from gpuplane.export.grafana import dashboard
 from gpuplane.export.inference import SERVING_METRICS, emit_hpa, emit_keda
 from gpuplane.export.kueue import emit_kueue
+from gpuplane.export.kueue_admission import autoscaled_flavors, karpenter_admission_warning
 from gpuplane.export.model import ExportBundle
 from gpuplane.export.nodes import NodeClass, emit_cluster_autoscaler, emit_karpenter
+from gpuplane.export.placeholders import emit_placeholders
 from gpuplane.export.view import PolicyView, metadata
 from gpuplane.export.workloads import emit_examples, emit_services
 from gpuplane.policy.schema import PolicySpec
@@ -30,6 +32,7 @@ class ExportOptions:
     serving_metrics: Literal["vllm", "tgi"] = "vllm"
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     node_class: NodeClass = field(default_factory=NodeClass)
+    karpenter_min_nodes: Literal["static", "placeholder"] = "static"
 
 
 def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) -> ExportBundle:
@@ -42,10 +45,15 @@ def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) 
     metrics = SERVING_METRICS[options.serving_metrics]
     bundle = ExportBundle()
     emit_core(view, bundle)
-    emit_kueue(view, bundle)
+    emit_kueue(view, bundle, provisioning=options.node_autoscaler == "cluster-autoscaler")
     bundle.add(KUEUE_CONFIG_FILE, kueue_configuration(view))
     if options.node_autoscaler == "karpenter":
-        emit_karpenter(view, bundle, options.node_class)
+        static = options.karpenter_min_nodes == "static"
+        emit_karpenter(view, bundle, options.node_class, static_min_nodes=static)
+        if not static:
+            emit_placeholders(view, bundle)
+        if autoscaled_flavors(view):
+            karpenter_admission_warning(bundle)
     else:
         emit_cluster_autoscaler(view, bundle)
     emit_services(view, bundle)
@@ -66,18 +74,4 @@ def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) 
         },
     )
     emit_examples(view, bundle)
-    _class_isolation(view, bundle)
     return bundle
-
-
-def _class_isolation(view: PolicyView, bundle: ExportBundle) -> None:
-    for _index, pool in enumerate(view.policy.pools):
-        restricted = set(pool.workload_classes) != {"training", "batch", "inference"}
-        if restricted and not pool.taints:
-            bundle.warn(
-                f"pools[{pool.name}].workload_classes",
-                "pools reserved for some workload classes",
-                "Kubernetes has no workload classes; without a taint on the pool, pods of other classes can land "
-                "on it (add a taint, and the exported examples of the allowed classes tolerate it)",
-                "approximated",
-            )

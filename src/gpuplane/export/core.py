@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from gpuplane.export.kueue_quota import quota_hard, resource_transformations
 from gpuplane.export.model import ExportBundle, Obj
-from gpuplane.export.view import GPU, TEAM_LABEL, PolicyView, metadata, mig_resource
+from gpuplane.export.view import TEAM_LABEL, PolicyView, metadata
 
 MAX_USER_PRIORITY = 1_000_000_000
 
@@ -16,24 +17,13 @@ def emit_core(view: PolicyView, bundle: ExportBundle) -> None:
             "namespaces.yaml",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata(ns, **{TEAM_LABEL: team.name})},
         )
-        hard: dict[str, str] = {}
-        flavors = view.team_flavors(team)
-        most = sum(view.team_max_gpus(team, f) for f in flavors)
-        if team.max_gpus is not None:
-            most = min(most, team.max_gpus)
-        hard[f"requests.{GPU}"] = str(most)
-        for profile in sorted({p for f in flavors for p in view.flavors[f].mig_slices_per_gpu}):
-            slices = sum(
-                view.team_max_gpus(team, f) * view.flavors[f].mig_slices_per_gpu.get(profile, 0) for f in flavors
-            )
-            hard[f"requests.{mig_resource(profile)}"] = str(slices)
         bundle.add(
             "namespaces.yaml",
             {
                 "apiVersion": "v1",
                 "kind": "ResourceQuota",
                 "metadata": metadata("gpuplane-gpus", ns, **{TEAM_LABEL: team.name}),
-                "spec": {"hard": hard},
+                "spec": {"hard": quota_hard(view, team)},
             },
         )
     default = view.policy.default_priority
@@ -73,6 +63,9 @@ def kueue_configuration(view: PolicyView) -> Obj:
         "metrics": {"enableClusterQueueResources": True},
         "integrations": {"frameworks": ["batch/job", "pod", "deployment", "kubeflow.org/pytorchjob", "ray.io/rayjob"]},
     }
+    transformations = resource_transformations(view)
+    if transformations:
+        config["resources"] = {"transformations": transformations}
     if scheduling.fair_sharing:
         config["fairSharing"] = {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
     return config

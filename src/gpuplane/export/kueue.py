@@ -1,31 +1,59 @@
 """Kueue objects: ResourceFlavors, Topologies, Cohorts, ClusterQueues, LocalQueues, WorkloadPriorityClasses.
 
 Kueue's quota model is gpuplane's (nominal quota per flavor, cohorts, borrowing and lending limits), so
-quotas map one to one. What Kueue cannot say (per-tier preemption lists, attained-service ordering, the
-starvation guard, EASY reservations, MIG slices charged against one GPU quota) becomes a warning.
+quotas map one to one (``kueue_quota``); preemption is kept off non-preemptible work (``kueue_preemption``);
+admission waits for provisioned nodes where the autoscaler can say so (``kueue_admission``). What Kueue
+cannot say (per-tier preemption lists, attained-service ordering, the starvation guard, EASY reservations)
+becomes a warning.
 """
 
 from __future__ import annotations
 
+from gpuplane.export.kueue_admission import provisioning_checks
+from gpuplane.export.kueue_preemption import Outcome, cluster_queue_preemption, preemption_warnings
+from gpuplane.export.kueue_quota import API, cap_flavor, needs_gpu_cap, resource_groups
 from gpuplane.export.model import ExportBundle, Obj
-from gpuplane.export.view import FLAVOR_LABEL, GPU, PolicyView, metadata, mig_resource
-from gpuplane.policy.schema import QuotaSpec, TeamSpec
+from gpuplane.export.view import FLAVOR_LABEL, PolicyView, metadata, pool_taints
+from gpuplane.policy.schema import TeamSpec
 
-API = "kueue.x-k8s.io/v1beta2"
 FILE = "kueue.yaml"
-_RECLAIM = {"any": "Any", "lower_priority": "LowerPriority", "never": "Never"}
 
 
-def emit_kueue(view: PolicyView, bundle: ExportBundle) -> None:
-    """Add every Kueue object of the policy to the bundle, with warnings for what Kueue cannot express."""
+def _tier_list_warnings(view: PolicyView, bundle: ExportBundle, outcomes: dict[str, Outcome]) -> None:
+    """Per-tier preemption lists Kueue widens, where some queue preempts within itself."""
+    if not any(spec["withinClusterQueue"] == "LowerPriority" for spec, _, _ in outcomes.values()):
+        return
+    tiers = view.policy.priorities
+    for tier in tiers:
+        lower = {u.name for u in tiers if u.value < tier.value}
+        extra = sorted(lower - set(tier.may_preempt))
+        if extra:
+            bundle.warn(
+                f"priorities[{tier.name}].may_preempt",
+                "per-tier preemption lists",
+                f"Kueue's withinClusterQueue: LowerPriority lets '{tier.name}' preempt every lower priority in "
+                f"its queue, so it may also preempt {', '.join(extra)}",
+                "approximated",
+            )
+
+
+def emit_kueue(view: PolicyView, bundle: ExportBundle, provisioning: bool) -> None:
+    """Add every Kueue object of the policy to the bundle, with warnings for what Kueue cannot express.
+
+    ``provisioning``: the node autoscaler serves ProvisioningRequests (Cluster Autoscaler), so admission
+    waits for the nodes through an AdmissionCheck.
+    """
     topologies = _topologies(view, bundle)
     bundle.add(FILE, *topologies.values())
     bundle.add(FILE, *_flavors(view, bundle, topologies))
     cohorts = sorted({t.cohort for t in view.policy.teams if t.cohort})
     bundle.add(FILE, *({"apiVersion": API, "kind": "Cohort", "metadata": metadata(c), "spec": {}} for c in cohorts))
-    preemption = _preemption(view, bundle)
+    if needs_gpu_cap(view) or any(t.max_running_jobs is not None for t in view.policy.teams):
+        bundle.add(FILE, cap_flavor())
+    checks = provisioning_checks(view, bundle) if provisioning else None
+    outcomes = {team.name: cluster_queue_preemption(view, team) for team in view.policy.teams}
     for team in view.policy.teams:
-        bundle.add(FILE, _cluster_queue(view, bundle, team, preemption))
+        bundle.add(FILE, _cluster_queue(view, bundle, team, outcomes[team.name][0], checks))
         bundle.add(
             FILE,
             {
@@ -49,6 +77,9 @@ def emit_kueue(view: PolicyView, bundle: ExportBundle) -> None:
             for tier in view.policy.priorities
         ),
     )
+    preemption_warnings(view, bundle, outcomes)
+    _tier_list_warnings(view, bundle, outcomes)
+    _lonely_cohorts(view, bundle)
     _ordering_warnings(view, bundle)
 
 
@@ -82,7 +113,7 @@ def _topology_name(label: str) -> str:
 def _flavors(view: PolicyView, bundle: ExportBundle, topologies: dict[str, Obj]) -> list[Obj]:
     out: list[Obj] = []
     for shape in view.flavors.values():
-        taint_sets = [{(t.key, t.value, t.effect) for t in pool.taints} for pool in shape.pools]
+        taint_sets = [{(t.key, t.value, t.effect) for t in pool_taints(pool)} for pool in shape.pools]
         common = set.intersection(*taint_sets)
         if any(s != common for s in taint_sets):
             bundle.warn(
@@ -98,129 +129,40 @@ def _flavors(view: PolicyView, bundle: ExportBundle, topologies: dict[str, Obj])
                 {"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect}
                 for key, value, effect in sorted(common)
             ]
-        labels = {p.topology.domain_label for p in shape.pools if p.topology is not None}
-        if len(labels) == 1 and all(p.topology is not None for p in shape.pools):
-            spec["topologyName"] = _topology_name(labels.pop())
+        label = view.tas_label(shape.name)
+        if label is not None:
+            spec["topologyName"] = _topology_name(label)
             assert spec["topologyName"] in topologies
         out.append({"apiVersion": API, "kind": "ResourceFlavor", "metadata": metadata(shape.name), "spec": spec})
     return out
 
 
-def _preemption(view: PolicyView, bundle: ExportBundle) -> Obj:
-    rules = view.policy.scheduling.preemption
-    if not rules.enabled:
-        return {
-            "withinClusterQueue": "Never",
-            "reclaimWithinCohort": "Never",
-            "borrowWithinCohort": {"policy": "Never"},
-        }
-    tiers = view.policy.priorities
-    within = "Never"
-    if any(t.may_preempt for t in tiers):
-        within = "LowerPriority"
-        for _index, tier in enumerate(tiers):
-            lower = {u.name for u in tiers if u.value < tier.value}
-            kueue_may = lower
-            declared = set(tier.may_preempt)
-            if declared != kueue_may:
-                extra = sorted(kueue_may - declared)
-                bundle.warn(
-                    f"priorities[{tier.name}].may_preempt",
-                    "per-tier preemption lists",
-                    f"Kueue's withinClusterQueue: LowerPriority lets '{tier.name}' preempt every lower priority in "
-                    f"its queue, so it may also preempt {', '.join(extra)}",
-                    "approximated",
-                )
-    return {
-        "withinClusterQueue": within,
-        "reclaimWithinCohort": _RECLAIM[rules.reclaim_within_cohort],
-        "borrowWithinCohort": {"policy": "Never"},
-    }
-
-
-def _limits(quota: QuotaSpec | None, scale: float) -> Obj:
-    nominal = quota.nominal if quota else 0
-    out: Obj = {"nominalQuota": _quantity(nominal * scale)}
-    if quota is not None and quota.borrowing_limit is not None:
-        out["borrowingLimit"] = _quantity(quota.borrowing_limit * scale)
-    if quota is not None and quota.lending_limit is not None:
-        out["lendingLimit"] = _quantity(quota.lending_limit * scale)
-    return out
-
-
-def _quantity(value: float) -> int:
-    return int(value)
-
-
-def _cluster_queue(view: PolicyView, bundle: ExportBundle, team: TeamSpec, preemption: Obj) -> Obj:
-    flavors = view.team_flavors(team)
-    mig = sorted({p for f in flavors for p in view.flavors[f].mig_slices_per_gpu})
-    covered = ["cpu", "memory", GPU, *(mig_resource(p) for p in mig)]
-    entries: list[Obj] = []
-    for flavor in flavors:
-        shape = view.flavors[flavor]
-        quota = team.quotas.get(flavor)
-        quota = _clamped_to_max_gpus(view, bundle, team, flavor, quota)
-        resources = [
-            {"name": "cpu", **_limits(quota, shape.cpu_per_gpu)},
-            {"name": "memory", **{k: f"{v}Gi" for k, v in _limits(quota, shape.memory_gib_per_gpu).items()}},
-            {"name": GPU, **_limits(quota, 1)},
-        ]
-        for profile in mig:
-            per_gpu = shape.mig_slices_per_gpu.get(profile, 0)
-            resources.append({"name": mig_resource(profile), **_limits(quota, per_gpu)})
-        entries.append({"name": flavor, "resources": resources})
-    if mig:
-        bundle.warn(
-            f"teams[{team.name}].quotas",
-            "MIG slices charged against the GPU quota",
-            "Kueue quotas each MIG profile as its own resource; each profile's quota is the team's GPU quota "
-            "times the slices per GPU, so a team mixing whole GPUs and slices can hold more than its GPU quota",
-            "approximated",
-        )
+def _cluster_queue(view: PolicyView, bundle: ExportBundle, team: TeamSpec, preemption: Obj, checks: Obj | None) -> Obj:
     spec: Obj = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": view.namespace(team.name)}},
         "queueingStrategy": "StrictFIFO" if view.policy.scheduling.backfill.mode == "strict" else "BestEffortFIFO",
-        "resourceGroups": [{"coveredResources": covered, "flavors": entries}],
-        "preemption": preemption if team.cohort else {**preemption, "reclaimWithinCohort": "Never"},
+        "resourceGroups": resource_groups(view, bundle, team),
+        "preemption": preemption,
         "fairSharing": {"weight": int(team.weight) if float(team.weight).is_integer() else str(team.weight)},
     }
     if team.cohort:
         spec["cohortName"] = team.cohort
-    if team.max_running_jobs is not None:
-        bundle.warn(
-            f"teams[{team.name}].max_running_jobs",
-            "a cap on running jobs",
-            "Kueue has no per-queue limit on admitted workloads, and a ResourceQuota on count/jobs.batch would "
-            "also count queued jobs",
-            "dropped",
-        )
+    if checks is not None:
+        spec["admissionChecksStrategy"] = checks
     return {"apiVersion": API, "kind": "ClusterQueue", "metadata": metadata(team.name), "spec": spec}
 
 
-def _clamped_to_max_gpus(
-    view: PolicyView, bundle: ExportBundle, team: TeamSpec, flavor: str, quota: QuotaSpec | None
-) -> QuotaSpec | None:
-    """Express teams[].max_gpus through the borrowing limit when the team has one flavor (exact then)."""
-    if team.max_gpus is None:
-        return quota
-    flavors = view.team_flavors(team)
-    if len(flavors) > 1:
-        if flavor == flavors[0]:
+def _lonely_cohorts(view: PolicyView, bundle: ExportBundle) -> None:
+    for team in view.policy.teams:
+        if team.cohort is not None and len(view.cohort_members(team)) == 1:
             bundle.warn(
-                f"teams[{team.name}].max_gpus",
-                "a cap on GPUs across flavors",
-                "Kueue limits each flavor separately; the cap is enforced on pods by the namespace's "
-                "ResourceQuota (requests.nvidia.com/gpu), so a job admitted past it waits with pods rejected",
+                f"teams[{team.name}].cohort",
+                "a cohort of one team",
+                f"cohort '{team.cohort}' holds only ClusterQueue '{team.name}': there is no one to borrow from or "
+                "lend to, so its borrowing and lending limits do nothing (in gpuplane too); put other teams in it "
+                "or remove the cohort",
                 "approximated",
             )
-        return quota
-    nominal = quota.nominal if quota else 0
-    if team.cohort is None:
-        return quota
-    room = max(0, team.max_gpus - nominal)
-    borrowing = room if quota is None or quota.borrowing_limit is None else min(room, quota.borrowing_limit)
-    return QuotaSpec(nominal=nominal, borrowing_limit=borrowing, lending_limit=quota.lending_limit if quota else None)
 
 
 def _ordering_warnings(view: PolicyView, bundle: ExportBundle) -> None:

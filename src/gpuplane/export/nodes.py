@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplane.export.model import ExportBundle, Obj
-from gpuplane.export.view import FLAVOR_LABEL, GPU, POOL_LABEL, PolicyView, metadata, seconds
+from gpuplane.export.view import FLAVOR_LABEL, GPU, POOL_LABEL, PolicyView, metadata, pool_taints, seconds, taint_body
 from gpuplane.policy.schema import PoolSpec
 
 KARPENTER_API = "karpenter.sh/v1"
@@ -47,8 +47,12 @@ def _node_labels(pool: PoolSpec) -> dict[str, str]:
     return {**pool.labels, POOL_LABEL: pool.name, FLAVOR_LABEL: pool.flavor_name}
 
 
-def emit_karpenter(view: PolicyView, bundle: ExportBundle, node_class: NodeClass) -> None:
-    """One or two NodePools per pool, with requirements, taints, limits and disruption from the policy."""
+def emit_karpenter(view: PolicyView, bundle: ExportBundle, node_class: NodeClass, static_min_nodes: bool) -> None:
+    """One or two NodePools per pool, with requirements, taints, limits and disruption from the policy.
+
+    ``static_min_nodes``: a pool's min_nodes is a static NodePool (Karpenter's StaticCapacity gate); otherwise
+    the dynamic NodePool holds every node and placeholder pods keep min_nodes of them (``placeholders``).
+    """
     weight = _price_ranks(view.policy.pools, top=100)
     for _index, pool in enumerate(view.policy.pools):
         field = f"pools[{pool.name}]"
@@ -77,14 +81,12 @@ def emit_karpenter(view: PolicyView, bundle: ExportBundle, node_class: NodeClass
             "requirements": requirements,
             "expireAfter": "Never" if protect else "720h",
         }
-        if pool.taints:
-            template_spec["taints"] = [
-                {"key": t.key, "value": t.value, "effect": t.effect} if t.value else {"key": t.key, "effect": t.effect}
-                for t in pool.taints
-            ]
+        taints = pool_taints(pool)
+        if taints:
+            template_spec["taints"] = [taint_body(t) for t in taints]
         template = {"metadata": {"labels": _node_labels(pool)}, "spec": template_spec}
-        dynamic_nodes = pool.max_nodes - pool.min_nodes
-        if pool.min_nodes:
+        dynamic_nodes = pool.max_nodes - pool.min_nodes if static_min_nodes else pool.max_nodes
+        if pool.min_nodes and static_min_nodes:
             bundle.add(
                 "karpenter.yaml",
                 {
@@ -115,6 +117,16 @@ def emit_karpenter(view: PolicyView, bundle: ExportBundle, node_class: NodeClass
                 },
             )
         _pool_warnings(bundle, field, pool, protect, karpenter=True)
+        if pool.min_nodes and static_min_nodes:
+            bundle.warn(
+                f"{field}.min_nodes",
+                "a minimum node count",
+                f"exported as a static NodePool '{pool.name}-base' of {pool.min_nodes} nodes (spec.replicas, alpha: "
+                "start Karpenter with FEATURE_GATES=StaticCapacity=true, or the NodePool is rejected or ignored) "
+                "beside the dynamic NodePool; without the gate export with --karpenter-min-nodes placeholder "
+                "(low-priority pause pods, one per node, keep the nodes)",
+                "approximated",
+            )
     _startup_warning(bundle)
 
 
@@ -144,14 +156,6 @@ def _pool_warnings(bundle: ExportBundle, field: str, pool: PoolSpec, protect: bo
             "neither Karpenter nor Cluster Autoscaler keeps spare empty nodes beyond demand; min_nodes is kept, "
             "warm nodes above it are not (a low-priority placeholder Deployment is the usual workaround)",
             "dropped",
-        )
-    if pool.min_nodes and karpenter:
-        bundle.warn(
-            f"{field}.min_nodes",
-            "a minimum node count",
-            f"exported as a static NodePool '{pool.name}-base' of {pool.min_nodes} nodes (Karpenter's static "
-            "capacity, behind the StaticCapacity feature gate) beside the dynamic NodePool",
-            "approximated",
         )
     if karpenter and pool.scale_down.enabled and pool.scale_down.utilization_below > 0 and not protect:
         bundle.warn(
@@ -184,7 +188,7 @@ def emit_cluster_autoscaler(view: PolicyView, bundle: ExportBundle) -> None:
     for _index, pool in enumerate(view.policy.pools):
         protect = _hosts_nonpreemptible(view, pool) or pool.capacity_type == "reserved"
         tags = {f"{prefix}/label/{k}": v for k, v in _node_labels(pool).items()}
-        tags.update({f"{prefix}/taint/{t.key}": f"{t.value}:{t.effect}" for t in pool.taints})
+        tags.update({f"{prefix}/taint/{t.key}": f"{t.value}:{t.effect}" for t in pool_taints(pool)})
         tags[f"{prefix}/resources/{GPU}"] = str(pool.gpus_per_node)
         options = f"{prefix}/autoscaling-options"
         rules = pool.scale_down

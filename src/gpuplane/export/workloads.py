@@ -19,6 +19,7 @@ from gpuplane.export.view import (
     PolicyView,
     metadata,
     mig_resource,
+    tolerations_for,
 )
 from gpuplane.policy.schema import PoolSpec, TeamSpec
 from gpuplane.policy.schema_serving import ServiceSpec
@@ -30,17 +31,6 @@ _TOPOLOGY_ANNOTATION = {
 }
 
 
-def _tolerations(pools: list[PoolSpec]) -> list[Obj]:
-    seen: dict[tuple[str, str, str], Obj] = {}
-    for pool in pools:
-        for taint in pool.taints:
-            toleration: Obj = {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
-            if not taint.value:
-                toleration = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
-            seen[(taint.key, taint.value, taint.effect)] = toleration
-    return list(seen.values())
-
-
 def _node_selector(pools: list[PoolSpec]) -> dict[str, str]:
     if len(pools) == 1:
         return {POOL_LABEL: pools[0].name}
@@ -50,7 +40,7 @@ def _node_selector(pools: list[PoolSpec]) -> dict[str, str]:
 
 def _place_on(pod_spec: Obj, pools: list[PoolSpec]) -> None:
     """Add the tolerations and node selector that let a pod land on ``pools`` (and only there, with one pool)."""
-    tolerations = _tolerations(pools)
+    tolerations = tolerations_for(pools)
     if tolerations:
         pod_spec["tolerations"] = tolerations
     selector = _node_selector(pools)
@@ -77,6 +67,49 @@ def _pod_metadata(view: PolicyView, team: TeamSpec, klass: str, preemptible: boo
     return {"labels": {TEAM_LABEL: team.name, CLASS_LABEL: klass}, "annotations": annotations}
 
 
+def _gang_topology(
+    view: PolicyView, bundle: ExportBundle, team: TeamSpec, klass: str, pools: list[PoolSpec], annotations: Obj
+) -> list[PoolSpec]:
+    """Annotate a multi-node gang with the class's topology mode; return the pools it may then use.
+
+    Kueue admits a gang with a topology annotation only to flavors that have a Topology. When all eligible
+    pools have one, the annotation is exact. Otherwise a ``required`` gang is kept to the pools with a
+    topology (it must not straddle domains) and a ``preferred`` one keeps all its pools without the annotation.
+    """
+    mode = view.policy.workload_classes.get(klass).topology
+    labels = {view.tas_label(p.flavor_name) for p in pools}
+    if len(labels) == 1 and None not in labels:
+        annotations[_TOPOLOGY_ANNOTATION[mode]] = labels.pop()
+        return pools
+    with_topology = [p for p in pools if view.tas_label(p.flavor_name) is not None]
+    if not with_topology:
+        return pools
+    field = f"workload_classes.{klass}.topology"
+    if mode == "required":
+        label = view.tas_label(with_topology[0].flavor_name)
+        assert label is not None
+        kept = [p for p in with_topology if view.tas_label(p.flavor_name) == label]
+        annotations[_TOPOLOGY_ANNOTATION[mode]] = label
+        bundle.warn(
+            field,
+            "required topology on pools without topology domains",
+            f"Kueue places a gang in one topology domain only on flavors with a Topology; team {team.name}'s "
+            f"multi-node {klass} gangs are kept to {', '.join(p.name for p in kept)} (gpuplane also runs them on "
+            "its pools without domains)",
+            "approximated",
+        )
+        return kept
+    bundle.warn(
+        field,
+        "preferred topology on pools without topology domains",
+        f"team {team.name}'s {klass} pools mix flavors with and without a Kueue Topology, and a topology "
+        "annotation would keep gangs off the latter; the example has none, so Kueue may spread a gang over "
+        "domains where gpuplane would keep it in one",
+        "approximated",
+    )
+    return pools
+
+
 def emit_examples(view: PolicyView, bundle: ExportBundle) -> None:
     """One example Job per team and batch-like class it can run, shaped as gpuplane would place it."""
     grace = int(view.policy.scheduling.preemption.grace_period_s)
@@ -88,12 +121,11 @@ def emit_examples(view: PolicyView, bundle: ExportBundle) -> None:
             spec = view.policy.workload_classes.get(klass)
             if not spec.allow_spot:
                 pools = [p for p in pools if p.capacity_type != "spot"] or pools
-            gpus = pools[0].gpus_per_node
             nodes = 2 if spec.gang else 1
             pod_meta = _pod_metadata(view, team, klass, spec.preemptible)
-            topology_label = next((p.topology.domain_label for p in pools if p.topology is not None), None)
-            if nodes > 1 and topology_label and spec.topology in _TOPOLOGY_ANNOTATION:
-                pod_meta["annotations"][_TOPOLOGY_ANNOTATION[spec.topology]] = topology_label
+            if nodes > 1 and spec.topology in _TOPOLOGY_ANNOTATION:
+                pools = _gang_topology(view, bundle, team, klass, pools, pod_meta["annotations"])
+            gpus = pools[0].gpus_per_node
             container: Obj = {
                 "name": klass,
                 "image": DEFAULT_IMAGE,

@@ -14,6 +14,7 @@ _ORDER = (
     "priorityclasses.yaml",
     "kueue.yaml",
     "karpenter.yaml",
+    "karpenter-min-nodes.yaml",
     "cluster-autoscaler.yaml",
     "services.yaml",
     "inference-autoscaling.yaml",
