@@ -20,6 +20,7 @@ from gpuplane.io.snapshot_file import load_snapshot
 from gpuplane.live.client import ApiError
 from gpuplane.model import DecisionKind
 from gpuplane.policy import PolicyError, PolicySpec
+from gpuplane.report.costs import ReportError
 from gpuplane.scheduler import CycleResult, PolicyIndex, SnapshotError, explain, schedule
 from gpuplane.sim.setup import SetupError
 from gpuplane.sim.trace import TraceError
@@ -385,6 +386,54 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_report_costs(args: argparse.Namespace, console: Console) -> int:
+    """Chargeback per team and period from a simulator output: a table, and CSV and HTML when asked."""
+    from gpuplane.accounting import Usage
+    from gpuplane.report.costs import read_simulation, render_csv, render_html, rows_of, unallocated_cost
+
+    names = [n.strip() for n in args.policy.split(",") if n.strip()] if args.policy else None
+    sources = read_simulation(Path(args.source), names)
+    rows = rows_of(sources, args.period)
+    wide = Console(width=max(console.width, 120))
+    for source in sources:
+        mine = [r for r in rows if r.source == source.name]
+        teams: dict[str, Usage] = {}
+        for row in mine:
+            teams.setdefault(row.team, Usage()).add(row.usage)
+        total = sum(u.cost for u in teams.values())
+        periods = len({r.index for r in mine})
+        table = Table(
+            title=f"{source.name}: cost per team over {periods} {args.period} period(s)", title_justify="left"
+        )
+        for column in ("team", "GPU-hours", "spot GPU-h", "lost GPU-h", "cost", "lost cost", "share"):
+            table.add_column(column, justify="right", no_wrap=True)
+        for team, u in sorted(teams.items(), key=lambda item: -item[1].cost):
+            table.add_row(
+                team,
+                f"{u.gpu_s / 3600:,.0f}",
+                f"{u.spot_gpu_s / 3600:,.0f}",
+                f"{u.lost_gpu_s / 3600:,.0f}",
+                f"{u.cost:,.2f}",
+                f"{u.lost_cost:,.2f}",
+                f"{u.cost / total if total else 0.0:.1%}",
+            )
+        wide.print(table)
+        idle = unallocated_cost(source)
+        if idle is not None:
+            console.print(
+                f"{source.name}: charged to teams {total:,.2f}; capacity held by no job {idle:,.2f} (not charged)"
+            )
+    if args.csv:
+        Path(args.csv).write_text(render_csv(rows), encoding="utf-8")
+        console.print(f"chargeback written to {args.csv}")
+    if args.html:
+        Path(args.html).write_text(
+            render_html(rows, sources, f"gpuplane chargeback per {args.period}"), encoding="utf-8"
+        )
+        console.print(f"report written to {args.html}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpuplane`` command."""
     parser = argparse.ArgumentParser(prog="gpuplane", description=__doc__)
@@ -502,6 +551,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--strict", action="store_true", help="exit 2 when any policy feature is not exactly expressed")
     export.set_defaults(func=cmd_export)
+    report = sub.add_parser("report", help="reports from recorded runs")
+    reports = report.add_subparsers(dest="report", required=True)
+    costs = reports.add_parser("costs", help="chargeback: cost per team and period (CSV, HTML)")
+    costs.add_argument("--from", dest="source", required=True, help="a gpuplane simulate --json file")
+    costs.add_argument("--policy", help="comma-separated simulated policies to report (default: all in the file)")
+    costs.add_argument("--period", choices=("day", "week", "month", "all"), default="week", help="default: week")
+    costs.add_argument("--csv", help="write the chargeback to this CSV file")
+    costs.add_argument("--html", help="write the chargeback to this HTML file")
+    costs.set_defaults(func=cmd_report_costs)
+
     demo = sub.add_parser("demo", help="schedule the bundled example platform and explain its decisions")
     demo.set_defaults(func=cmd_demo)
     add_live_commands(sub)
@@ -514,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(soft_wrap=True)
     try:
         code: int = args.func(args, console)
-    except (PolicyError, SnapshotError, TraceError, SetupError, ExportError, ApiError) as exc:
+    except (PolicyError, SnapshotError, TraceError, SetupError, ExportError, ApiError, ReportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return code

@@ -5,6 +5,7 @@ it ended so; a service used these GPU-hours for these requests and tokens); this
 counts them the same way in the simulator, the live plane and the reports.
 """
 
+from gpuplane.accounting.chargeback import PERIODS, ChargebackRow, chargeback
 from gpuplane.accounting.ledger import CostLedger, PeriodUsage
 from gpuplane.accounting.outcomes import OutcomeTally
 from gpuplane.accounting.prices import PoolPrice, price_book
@@ -12,6 +13,8 @@ from gpuplane.accounting.serving import UnitCosts, unit_costs
 from gpuplane.accounting.usage import Usage, charge
 
 __all__ = [
+    "PERIODS",
+    "ChargebackRow",
     "CostLedger",
     "OutcomeTally",
     "PeriodUsage",
@@ -19,6 +22,7 @@ __all__ = [
     "UnitCosts",
     "Usage",
     "charge",
+    "chargeback",
     "price_book",
     "unit_costs",
 ]

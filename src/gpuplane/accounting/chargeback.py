@@ -1,0 +1,56 @@
+"""Chargeback: each team's usage summed over reporting periods (days, weeks, months or the whole span)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpuplane.accounting.ledger import DAY_S, PeriodUsage
+from gpuplane.accounting.usage import Usage
+
+PERIODS = {"day": DAY_S, "week": 7 * DAY_S, "month": 30 * DAY_S, "all": math.inf}
+"""Reporting periods on a clock that starts at 0 (the simulator's virtual time): a month is 30 days."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChargebackRow:
+    """One team's usage in one reporting period of kind ``period`` (a key of ``PERIODS``), the ``index``-th
+    from 0, starting at ``start`` (0 for ``all``); ``source`` names where it came from (a simulated policy)."""
+
+    source: str
+    team: str
+    period: str
+    index: int
+    start: float
+    usage: Usage
+
+    @property
+    def label(self) -> str:
+        """The period as people read it: ``day 1``, ``week 3``, ``month 2``, or ``all``."""
+        return "all" if self.period == "all" else f"{self.period} {self.index + 1}"
+
+
+def chargeback(entries: Iterable[tuple[str, PeriodUsage]], period: str, entry_period_s: float) -> list[ChargebackRow]:
+    """Sum ``entries`` (per source, a team's usage in one ledger period of ``entry_period_s``) into ``period``s.
+
+    ValueError when ``period`` is unknown or shorter than the ledger's periods, or not a whole number of
+    them (a ledger day cannot be split into hours after the fact).
+    """
+    if period not in PERIODS:
+        raise ValueError(f"period '{period}' is not one of {', '.join(PERIODS)}")
+    length = PERIODS[period]
+    if not math.isinf(length):
+        ratio = length / entry_period_s
+        if ratio < 1 or abs(ratio - round(ratio)) > 1e-9:
+            raise ValueError(
+                f"period '{period}' ({length:g} s) is not a whole number of the recorded periods ({entry_period_s:g} s)"
+            )
+    sums: dict[tuple[str, str, int], Usage] = {}
+    for source, entry in entries:
+        index = 0 if math.isinf(length) else math.floor(entry.start / length + 1e-9)
+        sums.setdefault((source, entry.team, index), Usage()).add(entry.usage)
+    return [
+        ChargebackRow(source, team, period, index, 0.0 if math.isinf(length) else index * length, usage)
+        for (source, team, index), usage in sorted(sums.items())
+    ]

@@ -1,0 +1,1 @@
+"""Reports built from what the runtimes recorded: chargeback of GPU costs per team and period."""
