@@ -15,6 +15,7 @@ from gpuplane.export.kueue_admission import autoscaled_flavors, karpenter_admiss
 from gpuplane.export.model import ExportBundle
 from gpuplane.export.nodes import NodeClass, emit_cluster_autoscaler, emit_karpenter
 from gpuplane.export.placeholders import emit_placeholders
+from gpuplane.export.tenancy import emit_tenancy
 from gpuplane.export.view import PolicyView, metadata
 from gpuplane.export.workloads import emit_examples, emit_services
 from gpuplane.policy.schema import PolicySpec
@@ -45,6 +46,7 @@ def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) 
     metrics = SERVING_METRICS[options.serving_metrics]
     bundle = ExportBundle()
     emit_core(view, bundle)
+    emit_tenancy(view, bundle)
     emit_kueue(view, bundle, provisioning=options.node_autoscaler == "cluster-autoscaler")
     bundle.add(KUEUE_CONFIG_FILE, kueue_configuration(view))
     if options.node_autoscaler == "karpenter":

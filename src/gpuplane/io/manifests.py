@@ -11,6 +11,7 @@ from gpuplane.export import ExportBundle
 
 _ORDER = (
     "namespaces.yaml",
+    "tenancy.yaml",
     "priorityclasses.yaml",
     "kueue.yaml",
     "karpenter.yaml",

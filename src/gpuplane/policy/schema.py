@@ -12,6 +12,7 @@ from pydantic import Field
 from gpuplane.policy.schema_auth import AuthSpec
 from gpuplane.policy.schema_base import ClassName, Name, _Spec
 from gpuplane.policy.schema_serving import AlertsSpec, ServiceSpec
+from gpuplane.policy.schema_tenancy import TenancySpec
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -201,6 +202,7 @@ class PolicySpec(_Spec):
     services: list[ServiceSpec] = Field(default_factory=list)
     alerts: AlertsSpec = Field(default_factory=lambda: AlertsSpec())
     auth: AuthSpec = Field(default_factory=AuthSpec)
+    tenancy: TenancySpec = Field(default_factory=TenancySpec)
 
     def pool(self, name: str) -> PoolSpec:
         """The pool by name (KeyError when unknown)."""

@@ -9,6 +9,7 @@ from gpuplane.model.gpu import parse_mig_profile
 from gpuplane.policy.errors import PolicyIssue
 from gpuplane.policy.schema import PolicySpec
 from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec
+from gpuplane.policy.validate_tenancy import check_tenancy
 
 
 def _one_of(names: Iterable[str]) -> str:
@@ -31,6 +32,7 @@ def check_policy(policy: PolicySpec) -> list[PolicyIssue]:
         _starvation_guard,
         _services,
         _auth,
+        check_tenancy,
     ):
         issues.extend(check(policy))
     return issues
