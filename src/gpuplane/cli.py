@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gpuplane.cli_args import names, number
 from gpuplane.cli_live import add_live_commands
 from gpuplane.export.model import ExportError
 from gpuplane.io.policy_file import load_policy, policy_label
@@ -20,10 +21,12 @@ from gpuplane.io.snapshot_file import load_snapshot
 from gpuplane.live.client import ApiError
 from gpuplane.model import DecisionKind
 from gpuplane.policy import PolicyError, PolicySpec
+from gpuplane.policy.schema_base import MAX_COUNT
 from gpuplane.report.costs import ReportError
 from gpuplane.scheduler import CycleResult, PolicyIndex, SnapshotError, explain, schedule
 from gpuplane.sim.setup import SetupError
 from gpuplane.sim.trace import TraceError
+from gpuplane.sim.variants import VARIANTS
 
 EXIT_INVALID = 2
 _STYLE = {DecisionKind.ADMIT: "green", DecisionKind.PREEMPT: "red", DecisionKind.WAIT: "yellow"}
@@ -179,9 +182,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     trace = read_trace(args.trace)
     if args.limit:
         trace = trace.head(args.limit)
-    names = tuple(n.strip() for n in (args.compare or "gpuplane").split(",") if n.strip())
     options = Options(
-        policies=names,
+        policies=args.compare,
         gpus=args.gpus,
         load=args.load,
         auto_teams=args.auto_teams,
@@ -464,14 +466,27 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--trace", required=True, help="KIND:PATH, KIND one of philly-pollux, alibaba-openb, gavel, gpuplane"
     )
-    sim.add_argument("--compare", help="comma-separated policies: gpuplane, fifo, fifo-quota, priority, tiresias, sjf")
-    sim.add_argument("--gpus", type=int, help="size the cluster to this many GPUs (pools and quotas scaled)")
-    sim.add_argument("--load", type=float, help="size the cluster so the trace offers this load (e.g. 0.9)")
+    sim.add_argument(
+        "--compare",
+        type=names(VARIANTS),
+        default=("gpuplane",),
+        help=f"comma-separated policies: {', '.join(VARIANTS)} (default gpuplane)",
+    )
+    sim.add_argument(
+        "--gpus",
+        type=number(1, MAX_COUNT, whole=True),
+        help="size the cluster to this many GPUs (pools and quotas scaled)",
+    )
+    sim.add_argument(
+        "--load", type=number(0, above=True), help="size the cluster so the trace offers this load (e.g. 0.9)"
+    )
     sim.add_argument("--auto-teams", action="store_true", help="one team per trace team, quotas by demand")
-    sim.add_argument("--cycle-s", type=float, default=30.0, help="least virtual time between cycles (default 30)")
+    sim.add_argument(
+        "--cycle-s", type=number(0, above=True), default=30.0, help="least virtual time between cycles (default 30)"
+    )
     sim.add_argument(
         "--checkpoint-interval-s",
-        type=float,
+        type=number(0),
         default=1800.0,
         help="jobs checkpoint this often; preemption loses the rest (0: never, default 1800)",
     )
@@ -481,11 +496,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="history",
         help="run-time estimates for backfill (default: median of the team's completed jobs)",
     )
-    sim.add_argument("--limit", type=int, help="only the first N jobs of the trace")
-    sim.add_argument("--seed", type=int, default=0, help="seed of the random processes (spot interruptions); default 0")
+    sim.add_argument("--limit", type=number(1, whole=True), help="only the first N jobs of the trace")
+    sim.add_argument(
+        "--seed",
+        type=number(0, 2**32 - 1, whole=True),
+        default=0,
+        help="seed of the random processes (spot interruptions); default 0",
+    )
     sim.add_argument(
         "--workers",
-        type=int,
+        type=number(1, 256, whole=True),
         default=1,
         help="simulate this many policies at once, one process each (same figures; default 1)",
     )

@@ -7,10 +7,11 @@ listed, before the pending ones are decided (handy for examples and what-if ques
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuplane.io.policy_file import read_text
 from gpuplane.model import (
     ClusterSnapshot,
     DecisionKind,
@@ -27,19 +28,20 @@ from gpuplane.model import (
 from gpuplane.policy import PolicyError, PolicyIssue, PolicySpec
 from gpuplane.policy.load import locate, parse_document
 from gpuplane.policy.nodes import pool_nodes
+from gpuplane.policy.schema_base import MAX_COUNT, MAX_NODES
 from gpuplane.policy.yamlsource import LineMap
 from gpuplane.scheduler import PolicyIndex, schedule
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PodsDoc(_Doc):
-    count: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=MAX_COUNT)
     gpus_per_pod: int = Field(1, ge=0, le=16)
     mig_profile: str | None = None
-    min_count: int | None = Field(None, ge=1)
+    min_count: int | None = Field(None, ge=1, le=MAX_COUNT)
     gpu_milli: int | None = Field(None, ge=1, le=999)
 
 
@@ -95,7 +97,7 @@ class NodeDoc(_Doc):
 
 class SnapshotDoc(_Doc):
     now: float = 0.0
-    nodes: dict[str, int] = Field(default_factory=dict)
+    nodes: dict[str, Annotated[int, Field(ge=0, le=MAX_NODES)]] = Field(default_factory=dict)
     node_list: list[NodeDoc] = Field(default_factory=list)
     running: list[RunningDoc] = Field(default_factory=list)
     pending: list[WorkloadDoc] = Field(default_factory=list)
@@ -235,9 +237,4 @@ def _bootstrap(
 
 def load_snapshot(path: str, policy: PolicySpec, index: PolicyIndex | None = None) -> ClusterSnapshot:
     """Read and validate the snapshot file at ``path``."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise PolicyError(path, [PolicyIssue((), f"cannot read the file: {exc.strerror}", "check the path")]) from None
-    return parse_snapshot(text, path, policy, index)
+    return parse_snapshot(read_text(path), path, policy, index)

@@ -72,6 +72,8 @@ def _fix_for(error: Any, known: list[str]) -> str:
         return "write a whole number"
     if kind in ("float_parsing", "float_type"):
         return "write a number"
+    if kind == "finite_number":
+        return "write a finite number (not .inf or .nan)"
     if kind in ("bool_parsing", "bool_type"):
         return "write true or false"
     if kind == "literal_error":
@@ -79,7 +81,9 @@ def _fix_for(error: Any, known: list[str]) -> str:
     if kind in _BOUNDS:
         symbol, key = _BOUNDS[kind]
         bound = ctx.get(key, "the bound")
-        return f"use a value {symbol} {bound:g}" if isinstance(bound, (int, float)) else f"use a value {symbol} {bound}"
+        if isinstance(bound, int):
+            return f"use a value {symbol} {bound:,}"
+        return f"use a value {symbol} {bound:g}" if isinstance(bound, float) else f"use a value {symbol} {bound}"
     if kind == "string_pattern_mismatch":
         return "use lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
     if kind == "too_short":

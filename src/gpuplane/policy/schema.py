@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from gpuplane.policy.schema_auth import AuthSpec
-from gpuplane.policy.schema_base import ClassName, Name, _Spec
+from gpuplane.policy.schema_base import MAX_COUNT, MAX_NODES, ClassName, Name, _Spec
 from gpuplane.policy.schema_serving import AlertsSpec, ServiceSpec
 from gpuplane.policy.schema_tenancy import TenancySpec
 
@@ -41,7 +41,7 @@ class TaintSpec(_Spec):
 
 
 class TopologySpec(_Spec):
-    nodes_per_domain: int = Field(ge=1)
+    nodes_per_domain: int = Field(ge=1, le=MAX_NODES)
     domain_label: str = "gpuplane.io/topology-domain"
 
 
@@ -56,14 +56,14 @@ class PoolSpec(_Spec):
     gpu_model: Name
     flavor: Name | None = None
     gpus_per_node: int = Field(ge=1, le=16)
-    cpu_per_node: int = Field(64, ge=1)
+    cpu_per_node: int = Field(64, ge=1, le=MAX_COUNT)
     memory_gib_per_node: float = Field(512, gt=0)
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     capacity_type: Literal["on-demand", "spot", "reserved"] = "on-demand"
-    min_nodes: int = Field(0, ge=0)
-    max_nodes: int = Field(ge=1)
-    warm_nodes: int = Field(0, ge=0)
+    min_nodes: int = Field(0, ge=0, le=MAX_NODES)
+    max_nodes: int = Field(ge=1, le=MAX_NODES)
+    warm_nodes: int = Field(0, ge=0, le=MAX_NODES)
     startup_seconds: float = Field(300, ge=0)
     price_per_node_hour: float = Field(ge=0)
     spot_interruption_rate_per_hour: float = Field(0, ge=0, le=1)
@@ -81,9 +81,9 @@ class PoolSpec(_Spec):
 
 
 class QuotaSpec(_Spec):
-    nominal: int = Field(ge=0)
-    borrowing_limit: int | None = Field(None, ge=0)
-    lending_limit: int | None = Field(None, ge=0)
+    nominal: int = Field(ge=0, le=MAX_COUNT)
+    borrowing_limit: int | None = Field(None, ge=0, le=MAX_COUNT)
+    lending_limit: int | None = Field(None, ge=0, le=MAX_COUNT)
 
 
 class TeamSpec(_Spec):
@@ -92,8 +92,8 @@ class TeamSpec(_Spec):
     weight: float = Field(1.0, gt=0)
     pools: list[Name] = Field(min_length=1)
     quotas: dict[str, QuotaSpec] = Field(default_factory=dict)
-    max_running_jobs: int | None = Field(None, ge=1)
-    max_gpus: int | None = Field(None, ge=1)
+    max_running_jobs: int | None = Field(None, ge=1, le=MAX_COUNT)
+    max_gpus: int | None = Field(None, ge=1, le=MAX_COUNT)
     allow_nonpreemptible_borrowing: bool = False
 
     def nominal_gpus(self) -> float:
@@ -103,7 +103,7 @@ class TeamSpec(_Spec):
 
 class PriorityTierSpec(_Spec):
     name: Name
-    value: int
+    value: int = Field(ge=-2_147_483_648, le=1_000_000_000)  # a Kubernetes PriorityClass value
     preemptible: bool = True
     may_preempt: list[Name] = Field(default_factory=list)
 

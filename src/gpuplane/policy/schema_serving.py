@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gpuplane.policy.schema_base import Name, _Spec
+from gpuplane.policy.schema_base import MAX_COUNT, Name, _Spec
 
 Severity = Literal["info", "warning", "critical"]
 
@@ -20,8 +20,8 @@ Severity = Literal["info", "warning", "critical"]
 class ScalingRulesSpec(_Spec):
     stabilization_s: float = Field(ge=0, le=3600)
     tolerance: float | None = Field(None, ge=0, lt=1)
-    max_percent_per_period: int | None = Field(None, ge=1)
-    max_replicas_per_period: int | None = Field(None, ge=1)
+    max_percent_per_period: int | None = Field(None, ge=1, le=MAX_COUNT)
+    max_replicas_per_period: int | None = Field(None, ge=1, le=MAX_COUNT)
     period_s: float = Field(15.0, gt=0, le=1800)
 
 
@@ -36,8 +36,8 @@ def hpa_scale_down() -> ScalingRulesSpec:
 
 
 class ReplicaAutoscalingSpec(_Spec):
-    min_replicas: int = Field(1, ge=1)
-    max_replicas: int = Field(ge=1)
+    min_replicas: int = Field(1, ge=1, le=MAX_COUNT)
+    max_replicas: int = Field(ge=1, le=MAX_COUNT)
     scale_to_zero: bool = False
     target_rps_per_replica: float | None = Field(None, gt=0)
     target_queue_depth_per_replica: float | None = Field(None, gt=0)
@@ -66,7 +66,7 @@ class SloSpec(_Spec):
 class CanarySpec(_Spec):
     steps: list[float] = Field(default_factory=lambda: [0.1, 0.25, 0.5], min_length=1)
     step_s: float = Field(60.0, gt=0)
-    min_requests: int = Field(100, ge=1)
+    min_requests: int = Field(100, ge=1, le=MAX_COUNT)
     tolerance: float = Field(0.005, ge=0, lt=1)
 
     @model_validator(mode="after")
@@ -92,7 +92,7 @@ class ServiceSpec(_Spec):
 
 
 class PendingJobsAlert(_Spec):
-    above: int = Field(50, ge=0)
+    above: int = Field(50, ge=0, le=MAX_COUNT)
     for_minutes: float = Field(15.0, gt=0)
     severity: Severity = "warning"
 

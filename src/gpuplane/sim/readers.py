@@ -8,8 +8,8 @@ mess (unsorted rows, zero durations, missing fields) by counting what it skips, 
 from __future__ import annotations
 
 import ast
-import csv
 import json
+import math
 import re
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -17,6 +17,15 @@ from pathlib import Path
 
 from gpuplane.model.outcome import SUCCEEDED, FailureReason, Outcome, RunEnd, recorded_end
 from gpuplane.sim.trace import Trace, TraceError, TraceJob, TraceReport, finish
+from gpuplane.sim.trace_input import (
+    MAX_GPUS,
+    bad_value,
+    check_duration,
+    csv_rows,
+    jsonl_rows,
+    number,
+    read_text,
+)
 
 _NAME = re.compile(r"[^a-z0-9.\-]+")
 
@@ -27,50 +36,26 @@ def team_name(raw: str, prefix: str = "") -> str:
     return name[:63] or "unknown"
 
 
-def _open_csv(path: Path, required: set[str], source: str) -> Iterator[tuple[int, dict[str, str]]]:
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read the {source} trace: {exc.strerror}") from exc
-    with handle:
-        reader = csv.DictReader(handle)
-        missing = required - set(reader.fieldnames or ())
-        if missing:
-            raise TraceError(
-                f"{path}:1: not a {source} trace: missing column(s) {', '.join(sorted(missing))} "
-                f"(found: {', '.join(reader.fieldnames or ['nothing'])}). Fix: pass the right file or trace kind"
-            )
-        yield from enumerate(reader, start=2)
-
-
-def _number(value: str | None) -> float | None:
-    if value is None or value.strip() == "":
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
 def read_philly_pollux(path: Path) -> Trace:
     """Philly as shipped with Pollux: timestamp, duration, num_gpus, gpu_time, cluster (VC -> team)."""
     report = TraceReport("philly-pollux", str(path))
     jobs: list[TraceJob] = []
-    for line, row in _open_csv(path, {"timestamp", "duration", "num_gpus", "cluster"}, "Philly (Pollux)"):
+    for line, row in csv_rows(path, {"timestamp", "duration", "num_gpus", "cluster"}, "Philly (Pollux)"):
         report.rows += 1
         try:
             submit = datetime.fromisoformat(row["timestamp"].strip()).replace(tzinfo=UTC).timestamp()
         except ValueError:
             report.skip("unparseable timestamp")
             continue
-        duration = _number(row["duration"])
-        gpus = _number(row["num_gpus"])
+        duration = number(path, line, row, "duration")
+        gpus = number(path, line, row, "num_gpus", high=MAX_GPUS)
         if duration is None or gpus is None:
             report.skip("missing duration or num_gpus")
             continue
         if duration <= 0:
             report.skip("zero or negative duration")
             continue
+        check_duration(path, line, "duration", duration)
         if gpus < 1 or gpus != int(gpus):
             report.skip("num_gpus not a positive integer")
             continue
@@ -98,15 +83,15 @@ def read_alibaba_openb(path: Path) -> Trace:
     required = {"name", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time"}
     jobs: list[TraceJob] = []
     censored = 0
-    for _line, row in _open_csv(path, required | {"scheduled_time"}, "Alibaba openb"):
+    for line, row in csv_rows(path, required | {"scheduled_time"}, "Alibaba openb"):
         report.rows += 1
-        gpus = _number(row["num_gpu"])
+        gpus = number(path, line, row, "num_gpu", high=MAX_GPUS)
         if gpus is None or gpus <= 0:
             report.skip("CPU-only pod (num_gpu 0)")
             continue
-        created = _number(row["creation_time"])
-        scheduled = _number(row["scheduled_time"])
-        deleted = _number(row["deletion_time"])
+        created = number(path, line, row, "creation_time")
+        scheduled = number(path, line, row, "scheduled_time")
+        deleted = number(path, line, row, "deletion_time")
         if created is None:
             report.skip("missing creation_time")
             continue
@@ -117,10 +102,11 @@ def read_alibaba_openb(path: Path) -> Trace:
         if duration <= 0:
             report.skip("zero or negative run time")
             continue
+        check_duration(path, line, "deletion_time", duration)
         phase = row["pod_phase"].strip()
         if phase == "Running":
             censored += 1
-        milli = int(_number(row["gpu_milli"]) or 1000) if gpus == 1 else 1000
+        milli = int(number(path, line, row, "gpu_milli", high=1e9) or 1000) if gpus == 1 else 1000
         spec = tuple(t for t in (row["gpu_spec"] or "").split("|") if t)
         jobs.append(
             TraceJob(
@@ -154,17 +140,12 @@ def read_gavel(path: Path) -> Trace:
     )
     if table is None:
         raise TraceError(f"{base}: simulation_throughputs.json not found next to the traces or one level up")
-    throughputs = json.loads(table.read_text(encoding="utf-8")).get("v100", {})
-    speed: dict[tuple[str, int], float] = {}
-    for key, value in throughputs.items():
-        job_type, scale = ast.literal_eval(key)
-        if isinstance(value, dict) and isinstance(value.get("null"), (int, float)):
-            speed[(job_type, int(scale))] = float(value["null"])
+    speed = _gavel_speeds(table)
     report = TraceReport("gavel", str(path))
     jobs: list[TraceJob] = []
     for file in files:
         vc = team_name(file.stem, "vc-")
-        for line, raw in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        for line, raw in enumerate(read_text(file, "Gavel").splitlines(), start=1):
             if not raw.strip():
                 continue
             report.rows += 1
@@ -172,7 +153,11 @@ def read_gavel(path: Path) -> Trace:
             if len(fields) != 7:
                 report.skip(f"not 7 tab-separated fields ({file.name})")
                 continue
-            job_type, steps, arrival, scale = fields[0], _number(fields[4]), _number(fields[5]), _number(fields[6])
+            cells = dict(zip(_GAVEL_NUMBERS, fields[4:], strict=True))
+            job_type = fields[0]
+            steps = number(file, line, cells, "total_steps", low=0)
+            arrival = number(file, line, cells, "arrival_time")
+            scale = number(file, line, cells, "scale_factor", high=MAX_GPUS)
             if steps is None or arrival is None or scale is None or scale < 1:
                 report.skip("unparseable steps, arrival or scale")
                 continue
@@ -184,12 +169,32 @@ def read_gavel(path: Path) -> Trace:
             if duration <= 0:
                 report.skip("zero or negative duration")
                 continue
+            check_duration(file, line, "total_steps", duration)
             jobs.append(TraceJob(f"{vc}-{line}", vc, arrival, duration, int(scale)))
     report.notes.append("run time = total_steps / V100 steps per second of the job type at its scale")
     return finish(jobs, report)
 
 
 GPUPLANE_COLUMNS = ("id", "team", "submit_s", "duration_s", "gpus")
+_GAVEL_NUMBERS = ("total_steps", "arrival_time", "scale_factor")
+
+
+def _gavel_speeds(table: Path) -> dict[tuple[str, int], float]:
+    """V100 steps per second by (job type, scale) from Gavel's ``simulation_throughputs.json``."""
+    try:
+        throughputs = json.loads(read_text(table, "Gavel throughput"))
+        speed: dict[tuple[str, int], float] = {}
+        for key, value in throughputs.get("v100", {}).items():
+            job_type, scale = ast.literal_eval(key)
+            rate = value.get("null") if isinstance(value, dict) else None
+            if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
+                speed[(str(job_type), int(scale))] = float(rate)
+    except (ValueError, SyntaxError, TypeError, AttributeError, RecursionError, MemoryError) as exc:
+        raise TraceError(
+            f"{table}: not Gavel's throughput table ({type(exc).__name__}). Fix: use simulation_throughputs.json "
+            "from Gavel's repository"
+        ) from None
+    return speed
 
 
 def read_gpuplane(path: Path) -> Trace:
@@ -198,9 +203,9 @@ def read_gpuplane(path: Path) -> Trace:
     report = TraceReport("gpuplane", str(path))
     rows: Iterator[tuple[int, dict[str, str]]]
     if path.suffix in (".jsonl", ".ndjson"):
-        rows = _jsonl_rows(path)
+        rows = jsonl_rows(path, "gpuplane")
     else:
-        rows = _open_csv(path, set(GPUPLANE_COLUMNS), "gpuplane")
+        rows = csv_rows(path, set(GPUPLANE_COLUMNS), "gpuplane")
     jobs: list[TraceJob] = []
     seen: set[str] = set()
     for line, row in rows:
@@ -209,17 +214,16 @@ def read_gpuplane(path: Path) -> Trace:
         if missing:
             report.skip(f"missing {', '.join(missing)}")
             continue
-        submit, duration, gpus = (
-            _number(str(row["submit_s"])),
-            _number(str(row["duration_s"])),
-            _number(str(row["gpus"])),
-        )
+        submit = number(path, line, row, "submit_s")
+        duration = number(path, line, row, "duration_s")
+        gpus = number(path, line, row, "gpus", high=MAX_GPUS)
         if submit is None or duration is None or gpus is None:
             report.skip("submit_s, duration_s or gpus not a number")
             continue
         if duration <= 0:
             report.skip("zero or negative duration")
             continue
+        check_duration(path, line, "duration_s", duration)
         if gpus < 1 or gpus != int(gpus):
             report.skip("gpus not a positive integer")
             continue
@@ -230,7 +234,10 @@ def read_gpuplane(path: Path) -> Trace:
         klass = str(row.get("class") or "batch").strip()
         if klass not in ("training", "batch", "inference"):
             raise TraceError(f"{path}:{line}: class '{klass}' is not one of training, batch, inference")
-        checkpoint = _number(str(row.get("checkpoint_interval_s") or ""))
+        checkpoint = number(path, line, row, "checkpoint_interval_s", low=0) or None
+        milli = number(path, line, row, "gpu_milli", low=1, high=1000) or 1000
+        if milli != int(milli):
+            raise bad_value(path, line, "gpu_milli", f"{milli:g} is not a whole number", "write thousandths of a GPU")
         outcome = str(row.get("outcome") or "succeeded").strip()
         try:
             end = recorded_end(outcome, str(row.get("failure_reason") or "").strip() or None)
@@ -243,7 +250,7 @@ def read_gpuplane(path: Path) -> Trace:
                 submit,
                 duration,
                 int(gpus),
-                gpu_milli=int(_number(str(row.get("gpu_milli") or "")) or 1000),
+                gpu_milli=int(milli),
                 klass=klass,
                 priority=str(row["priority"]).strip() if row.get("priority") else None,
                 checkpoint_interval_s=checkpoint,
@@ -251,23 +258,6 @@ def read_gpuplane(path: Path) -> Trace:
             )
         )
     return finish(jobs, report)
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read the trace: {exc.strerror}") from exc
-    for line, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{path}:{line}: not JSON ({exc.msg}). Fix: one JSON object per line") from exc
-        if not isinstance(row, dict):
-            raise TraceError(f"{path}:{line}: a JSON object per line is expected")
-        yield line, {k: "" if v is None else str(v) for k, v in row.items()}
 
 
 READERS: dict[str, Callable[[Path], Trace]] = {

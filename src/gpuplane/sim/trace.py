@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 
 from gpuplane.model.outcome import SUCCEEDED, RunEnd
 
+DAY_S = 86400.0
+YEAR_S = 365.25 * DAY_S
+MAX_SPAN_S = 10 * YEAR_S
+
 
 class TraceError(ValueError):
     """A trace file that cannot be read: wrong format, missing columns, no usable rows."""
@@ -114,9 +118,19 @@ class Trace:
 def finish(jobs: list[TraceJob], report: TraceReport) -> Trace:
     """Sort by submission (then id) and shift times so the first submission is at 0."""
     if not jobs:
-        raise TraceError(f"{report.path}: no usable jobs in {report.rows} rows (skipped: {dict(report.skipped)})")
+        raise TraceError(
+            f"{report.path}: no usable jobs in {report.rows} rows (skipped: {dict(report.skipped)}). Fix: pass a "
+            f"{report.source} trace with at least one complete row (see docs/simulate.md for the columns)"
+        )
     jobs.sort(key=lambda j: (j.submit_s, j.id))
     origin = jobs[0].submit_s
+    span = jobs[-1].submit_s - origin
+    if span > MAX_SPAN_S:
+        raise TraceError(
+            f"{report.path}: submissions span {span / YEAR_S:,.0f} years, from job '{jobs[0].id}' to job "
+            f"'{jobs[-1].id}' (a trace covers at most {MAX_SPAN_S / YEAR_S:.0f} years). Fix: correct the submission "
+            "times of those jobs (seconds, not milliseconds?) or cut the trace"
+        )
     if origin != 0:
         jobs = [dataclasses.replace(j, submit_s=j.submit_s - origin) for j in jobs]
     return Trace(jobs, report)
