@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpuplane.export.accounting_rules import add_accounting_rules
 from gpuplane.export.alerts import emit_rules
 from gpuplane.export.core import emit_core, kueue_configuration
 from gpuplane.export.grafana import dashboard
@@ -64,6 +65,7 @@ def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) 
     else:
         emit_hpa(view, bundle, metrics)
     emit_rules(view, bundle, metrics, options.node_autoscaler)
+    add_accounting_rules(view, bundle, options.serving_metrics)
     board = dashboard(view, metrics, options.node_autoscaler)
     bundle.add(DASHBOARD_FILE, board)
     bundle.add(

@@ -3,6 +3,7 @@ startup, preemptions and cost per team, on DCGM exporter, kube-state-metrics, Ku
 
 from __future__ import annotations
 
+from gpuplane.export.accounting_panels import accounting_panels
 from gpuplane.export.alerts import NODE_POOL, POOL_COST, POOL_UTIL, TEAM_COST
 from gpuplane.export.inference import ServingMetrics
 from gpuplane.export.model import Obj
@@ -116,6 +117,8 @@ def dashboard(view: PolicyView, metrics: ServingMetrics, node_autoscaler: str) -
                 ],
             )
         )
+    for title, unit, targets, description in accounting_panels(view):
+        panels.append(_panel(len(panels) + 1, title, unit, targets, description))
     return {
         "title": f"gpuplane - {view.policy.name}",
         "uid": f"gpuplane-{view.policy.name}"[:40],

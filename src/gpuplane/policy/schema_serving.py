@@ -125,6 +125,14 @@ class LowGpuUtilizationAlert(_Spec):
     severity: Severity = "warning"
 
 
+class FailureRateAlert(_Spec):
+    min_rate: float = Field(0.1, gt=0, lt=1)
+    above_baseline: float = Field(2.0, ge=1, le=1000)
+    min_finished: int = Field(10, ge=1, le=MAX_COUNT)
+    for_minutes: float = Field(15.0, gt=0)
+    severity: Severity = "warning"
+
+
 class AlertsSpec(_Spec):
     pending_jobs: PendingJobsAlert | None = Field(default_factory=PendingJobsAlert)
     queue_wait: QueueWaitAlert | None = Field(default_factory=QueueWaitAlert)
@@ -132,3 +140,4 @@ class AlertsSpec(_Spec):
     inference_slo: InferenceSloAlert | None = Field(default_factory=InferenceSloAlert)
     node_provisioning: NodeProvisioningAlert | None = Field(default_factory=NodeProvisioningAlert)
     low_gpu_utilization: LowGpuUtilizationAlert | None = Field(default_factory=LowGpuUtilizationAlert)
+    failure_rate: FailureRateAlert | None = Field(default_factory=FailureRateAlert)
