@@ -11,10 +11,10 @@ HERE = Path(__file__).parent
 TRAIN_LOOP = HERE / "live" / "train_loop.py"
 POLICY = HERE.parent / "data" / "live_policy.yaml"
 TOKENS = {
-    "admin": "admin-secret",
-    "research": "research-secret",
-    "product": "product-secret",
-    "serving": "serving-secret",
+    "admin": "admin-secret-token-0",
+    "research": "research-secret-token-0",
+    "product": "product-secret-token-0",
+    "serving": "serving-secret-token-0",
 }
 T = TypeVar("T")
 

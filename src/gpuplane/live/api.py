@@ -96,10 +96,26 @@ def _or_http(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         raise HTTPException(exc.status, {"field": exc.field, "problem": str(exc)}) from exc
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None when the header carries none.
+
+    Only ASCII spaces and tabs separate or surround it (RFC 7235); anything else, such as U+0085 or other
+    Unicode whitespace that ``str.strip`` would remove, stays part of the token and so matches no one.
+    """
+    if authorization is None:
+        return None
+    scheme, _, rest = authorization.strip(" \t").partition(" ")
+    token = rest.strip(" \t")
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
 def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    if not authorization or not authorization.lower().startswith("bearer "):
+    token = bearer_token(authorization)
+    if token is None:
         raise HTTPException(401, "missing token: send 'Authorization: Bearer <team or admin token>'")
-    who: Principal | None = request.app.state.tokens.identify(authorization[7:].strip())
+    who: Principal | None = request.app.state.tokens.identify(token)
     if who is None:
         raise HTTPException(401, "unknown token")
     return who

@@ -1,7 +1,8 @@
-"""API tokens: the policy's references resolved once at start, compared in constant time, never logged."""
+"""API tokens: the policy's references resolved and checked once at start, compared in constant time, never logged."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import os
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuplane.policy import PolicySpec
+from gpuplane.policy.schema_auth import TOKEN_FIX, token_problem
 
 ADMIN = "*admin*"
 
@@ -34,17 +36,28 @@ class Principal:
         return self.team is None or self.team == team
 
 
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
 class TokenTable:
-    """Maps bearer tokens to principals."""
+    """Maps bearer tokens to principals; keeps only their SHA-256 digests."""
 
     def __init__(self, tokens: dict[str, str]) -> None:
-        self._by_owner = tokens
+        self._by_owner = {owner: _digest(secret) for owner, secret in tokens.items() if secret}
 
     def identify(self, token: str) -> Principal | None:
-        """The principal holding ``token``, or None; every comparison takes the same time."""
+        """The principal holding ``token``, or None.
+
+        Digests of equal length are compared with every owner's, so the time taken depends neither on the
+        token's length nor on which owner (if any) it matches; an empty token matches no one.
+        """
+        if not token:
+            return None
+        offered = _digest(token)
         found: Principal | None = None
-        for owner, secret in self._by_owner.items():
-            if hmac.compare_digest(secret.encode(), token.encode()):
+        for owner, digest in self._by_owner.items():
+            if hmac.compare_digest(digest, offered):
                 found = Principal(None if owner == ADMIN else owner)
         return found
 
@@ -93,6 +106,15 @@ def resolve_tokens(policy: PolicySpec, data_dir: Path, generate_missing: bool) -
             stored[owner] = value
             notes.append(f"token for {'the admin' if owner == ADMIN else 'team ' + owner} in {stored_path}")
         if value is not None:
+            problem = token_problem(value)
+            if problem is not None:
+                raise AuthConfigError(f"{where}: {problem}. Fix: {TOKEN_FIX}")
+            if value in tokens.values():
+                other = next(o for o, v in tokens.items() if v == value)
+                raise AuthConfigError(
+                    f"{where}: the same token as {'the admin' if other == ADMIN else 'team ' + other}; whoever holds "
+                    "it would act as both. Fix: give every team and the admin a token of its own"
+                )
             tokens[owner] = value
     if notes:
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,33 @@ a log line or an error message.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, SecretStr, model_validator
 
 from gpuplane.policy.schema_base import _Spec
+
+MIN_TOKEN_LENGTH = 16
+_TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+TOKEN_FIX = (
+    f"use a random string of at least {MIN_TOKEN_LENGTH} characters from A-Z a-z 0-9 . _ ~ + / - "
+    "(python -c 'import secrets; print(secrets.token_urlsafe(24))')"
+)
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be an API token (None when it can), without quoting it.
+
+    A token is what follows ``Bearer`` in a header (RFC 6750's token68 characters), long enough not to be
+    guessed: an empty or whitespace token would match a header that carries no token at all.
+    """
+    if not token:
+        return "the token is empty"
+    if not _TOKEN_CHARS.fullmatch(token):
+        return "the token has characters a bearer token cannot carry (spaces, control or non-ASCII characters)"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"the token has {len(token)} characters, fewer than {MIN_TOKEN_LENGTH}"
+    return None
 
 
 class TokenRef(_Spec):

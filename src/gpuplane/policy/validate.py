@@ -6,8 +6,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from gpuplane.model.gpu import parse_mig_profile
-from gpuplane.policy.errors import PolicyIssue
+from gpuplane.policy.errors import Path, PolicyIssue, format_path
 from gpuplane.policy.schema import PolicySpec
+from gpuplane.policy.schema_auth import TOKEN_FIX, TokenRef, token_problem
 from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec
 from gpuplane.policy.validate_tenancy import check_tenancy
 
@@ -324,3 +325,24 @@ def _auth(policy: PolicySpec) -> Iterator[PolicyIssue]:
     for team in policy.auth.team_tokens:
         if team not in teams:
             yield PolicyIssue(("auth", "team_tokens", team), f"unknown team '{team}'", _one_of(teams))
+    refs: list[tuple[Path, TokenRef]] = [(("auth", "team_tokens", t), r) for t, r in policy.auth.team_tokens.items()]
+    if policy.auth.admin_token is not None:
+        refs.insert(0, (("auth", "admin_token"), policy.auth.admin_token))
+    first_by_secret: dict[tuple[str, str], Path] = {}
+    for path, ref in refs:
+        if ref.value is not None:
+            problem = token_problem(ref.value.get_secret_value())
+            if problem is not None:
+                yield PolicyIssue((*path, "value"), problem, TOKEN_FIX)
+            key = ("value", ref.value.get_secret_value())
+        else:
+            assert ref.env is not None
+            key = ("env", ref.env)
+        first = first_by_secret.setdefault(key, path)
+        if first != path:
+            what = "the same token" if key[0] == "value" else f"the same variable {ref.env}"
+            yield PolicyIssue(
+                (*path, key[0]),
+                f"{what} as {format_path(first)}: whoever holds it would act as both",
+                "give every team and the admin a token of its own",
+            )
