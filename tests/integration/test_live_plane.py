@@ -156,7 +156,10 @@ def test_preempted_gang_checkpoints_and_resumes_from_its_checkpoint(api: str, pl
 
 def test_why_names_the_reason_a_job_waits(api: str) -> None:
     c = client(api, "product")
-    job = c.post("/v1/jobs", json=train("too-big", 1, 0.01, pods=3)).json()
+    too_big = c.post("/v1/jobs", json=train("too-big", 1, 0.01, pods=3))
+    assert too_big.status_code == 422 and too_big.json()["detail"]["field"] == "pods", too_big.text
+    hold = c.post("/v1/jobs", json=train("hold", 200, 0.05, pods=2)).json()
+    job = c.post("/v1/jobs", json=train("waits", 1, 0.01)).json()
     info = wait_for(lambda: c.get(f"/v1/jobs/{job['id']}/why").json().get("decisions"), 20, "a decision")
     assert info[-1]["kind"] == "wait"
     assert info[-1]["reason"] in (
@@ -166,6 +169,18 @@ def test_why_names_the_reason_a_job_waits(api: str) -> None:
         "awaiting_reclaim",
     )
     assert c.delete(f"/v1/jobs/{job['id']}").json()["state"] == "cancelled"
+    c.delete(f"/v1/jobs/{hold['id']}")
+    wait_for(lambda: reached(c, hold["id"], "cancelled"), 30, "the holding gang to stop")
+
+
+def test_a_job_that_can_never_start_fails_with_the_reason_after_its_attempts(api: str) -> None:
+    c = client(api, "research")
+    job = c.post("/v1/jobs", json={"name": "typo", "entrypoint": ["/nonexistent/trian.py"], "gpus_per_pod": 1}).json()
+    done = wait_for(lambda: reached(c, job["id"], "failed", "succeeded"), 60, "the broken job to give up")
+    assert done["attempts"] == 3 and done["reason"]["reason"] == "start_failed", done
+    assert "trian.py" in done["reason"]["message"]
+    reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": job["id"]}).json()]
+    assert reasons.count("lost") == 2 and reasons[-1] == "start_failed", reasons
 
 
 def test_tokens_scope_every_request_to_its_team(api: str) -> None:
@@ -273,7 +288,7 @@ def test_inference_service_scales_with_real_http_load(api: str) -> None:
     assert client(api, "research").get("/v1/services/echo").status_code == 404
     reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": "echo"}).json()]
     assert "scale_up" in reasons or "panic" in reasons
-    metrics = httpx.get(f"{api}/metrics").text
+    metrics = client(api, "admin").get("/metrics").text
     assert 'gpuplane_inference_requests_total{code="200",service="echo"}' in metrics
     assert c.delete("/v1/services/echo").status_code == 202
     wait_for(lambda: c.get("/v1/services").json() == [] or None, 60, "the service to be deleted")
@@ -358,7 +373,7 @@ def test_cli_submits_lists_explains_shows_logs_and_cancels(api: str, capsys: pyt
 
 
 def test_metrics_follow_prometheus_conventions(api: str) -> None:
-    text = httpx.get(f"{api}/metrics").text
+    text = client(api, "admin").get("/metrics").text
     for name in (
         "gpuplane_pool_gpus",
         "gpuplane_pool_gpus_allocated",

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
 import yaml
-from fastapi.testclient import TestClient
 
 from gpuplane.cli import main
 from gpuplane.io.policy_file import load_policy
-from gpuplane.live.api import bearer_token, create_app
+from gpuplane.live.api import bearer_token
 from gpuplane.live.auth import ADMIN, AuthConfigError, TokenTable, resolve_tokens
-from gpuplane.live.control import ControlPlane
-from gpuplane.live.metrics import Metrics
-from gpuplane.live.services import ServiceManager
-from gpuplane.live.store import Store
-from tests.unit.test_live_control import Clock, FakeEngine, FakeNodes
 
 POLICY = Path(__file__).parents[1] / "data" / "live_policy.yaml"
 
@@ -83,18 +76,3 @@ def test_an_empty_or_unicode_whitespace_token_identifies_no_one() -> None:
     who = table.identify("research-secret-token-0")
     assert who is not None and who.team == "research"
     assert table.identify("research-secret-token-") is None
-
-
-def test_the_api_answers_401_to_unicode_whitespace_even_if_a_token_were_empty(tmp_path: Path) -> None:
-    policy = load_policy(str(POLICY))
-    ids = (f"j{n}" for n in itertools.count())
-    control = ControlPlane(
-        policy, Store.open(f"sqlite:///{tmp_path / 'db'}"), FakeEngine(), FakeNodes(), Clock(), lambda: next(ids)
-    )
-    metrics = Metrics(policy)
-    tokens = TokenTable({ADMIN: "", "research": "research-secret-token-0"})
-    api = TestClient(create_app(control, tokens, metrics, ServiceManager(control, metrics)))
-    for header in ("Bearer \x85", "Bearer \xa0", "Bearer ", "Bearer\t"):
-        assert api.get("/v1/jobs", headers={"Authorization": header.encode("latin-1")}).status_code == 401, header
-    ok = api.get("/v1/jobs", headers={"Authorization": "Bearer research-secret-token-0"})
-    assert ok.status_code == 200

@@ -234,7 +234,51 @@ def test_work_the_engine_lost_or_never_started_is_requeued(tmp_path: Path) -> No
     cp.tick()
     reasons = {j: [e.reason for e in cp.store.events(subject=j)] for j in ("vanished", "stuck")}
     assert reasons["vanished"][2] == "lost" and reasons["stuck"][2] == "start_timeout"
-    assert cp.jobs["stuck"].attempts == 2, "placed again in the same tick"
+    assert cp.jobs["stuck"].state is JobState.PENDING and cp.jobs["stuck"].attempts == 1, "waits out its backoff"
+    assert "tried again in 2 s" in cp.why("stuck")["message"]
+    clock.now += 2
+    cp.tick()
+    assert cp.jobs["stuck"].attempts == 2, "placed again once the backoff has passed"
+
+
+def test_a_job_that_never_starts_fails_after_its_attempts_with_the_reason(tmp_path: Path) -> None:
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock)
+    cp.submit(job("broken"))
+    admitted_at = []
+    for _ in range(40):
+        cp.tick()
+        if engine.phase.get("broken", RunStatus(RunPhase.RUNNING)).phase is RunPhase.STARTING:
+            admitted_at.append(clock.now)
+            engine.phase["broken"] = RunStatus(RunPhase.LOST, message="pod failed to start: no such file: 'trian.py'")
+        clock.now += 1
+    broken = cp.jobs["broken"]
+    assert broken.state is JobState.FAILED and broken.attempts == 3
+    assert [round(b - a) for a, b in itertools.pairwise(admitted_at)] == [3, 5], "backoff 2 s, 4 s"
+    why = cp.why("broken")["decision"]
+    assert why["reason"] == "start_failed" and "3 attempts" in why["message"] and "trian.py" in why["message"]
+
+
+def test_why_gives_the_terminal_reason_of_a_finished_job(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    cp = plane(tmp_path, engine)
+    cp.submit(job("crash"))
+    cp.tick()
+    engine.phase["crash"] = RunStatus(RunPhase.EXITED, exit_code=3)
+    cp.tick()
+    why = cp.why("crash")
+    assert why["status"] == "failed" and "exited with code 3" in why["decision"]["message"]
+
+
+def test_a_job_larger_than_any_pool_or_quota_is_refused(tmp_path: Path) -> None:
+    cp = plane(tmp_path)
+    with pytest.raises(SubmitError) as err:
+        cp.submit(job("huge", pods=3, gpus=4))
+    assert err.value.field == "pods" and "pool train: 3 pods at once, at most 2 fit (2 nodes x 1)" in str(err.value)
+    product = JobRecord("p", "product", "p", "training", ["true"], 3, 4, 1000.0)
+    with pytest.raises(SubmitError, match="nominal"):
+        cp.submit(product)
+    assert cp.jobs == {} and cp.store.load_jobs() == []
 
 
 def consolidating_policy() -> PolicySpec:

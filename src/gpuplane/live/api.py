@@ -17,6 +17,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuplane.live.auth import Principal, TokenTable
 from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.live.limits import (
+    MAX_ENTRYPOINT_ARGS,
+    MAX_ENV_VARS,
+    MAX_INT64,
+    MAX_JSON_DEPTH,
+    Arg,
+    BodyLimit,
+    EnvName,
+    EnvValue,
+    PlainText,
+    Seconds,
+    json_depth,
+)
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.services import ServiceError, ServiceManager
@@ -25,32 +38,32 @@ from gpuplane.policy.schema_base import Name
 
 
 class JobRequest(BaseModel):
-    """A job submission. Fields left out take the policy's class and tier defaults."""
+    """A job submission. Fields left out take the policy's class and tier defaults; every field is bounded."""
 
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=253)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    name: PlainText = Field(min_length=1, max_length=253)
     team: Name | None = None
     klass: Literal["training", "batch"] = Field("training", alias="class")
-    entrypoint: list[str] = Field(min_length=1)
+    entrypoint: list[Arg] = Field(min_length=1, max_length=MAX_ENTRYPOINT_ARGS)
     pods: int = Field(1, ge=1, le=4096)
     gpus_per_pod: int = Field(1, ge=0, le=64)
-    mig_profile: str | None = None
+    mig_profile: PlainText | None = Field(None, max_length=32)
     gpu_milli: int | None = Field(None, ge=1, le=999)
     priority: Name | None = None
     preemptible: bool | None = None
-    checkpoint_interval_s: float | None = Field(None, gt=0)
-    estimated_duration_s: float | None = Field(None, gt=0)
-    pools: list[Name] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    working_dir: str | None = None
-    idempotency_key: str | None = Field(None, min_length=1, max_length=128)
+    checkpoint_interval_s: Seconds | None = None
+    estimated_duration_s: Seconds | None = None
+    pools: list[Name] | None = Field(None, max_length=64)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
+    working_dir: PlainText | None = Field(None, max_length=4096)
+    idempotency_key: PlainText | None = Field(None, min_length=1, max_length=128)
 
 
 class CanaryRequest(BaseModel):
     """A new revision of a service to roll out as a canary: its handler and options."""
 
-    model_config = ConfigDict(extra="forbid")
-    handler: str = Field(min_length=3)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    handler: PlainText = Field(min_length=3, max_length=256)
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -111,7 +124,7 @@ def bearer_token(authorization: str | None) -> str | None:
     return token
 
 
-def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+def _identify(request: Request, authorization: str | None) -> Principal:
     token = bearer_token(authorization)
     if token is None:
         raise HTTPException(401, "missing token: send 'Authorization: Bearer <team or admin token>'")
@@ -121,13 +134,36 @@ def _principal(request: Request, authorization: Annotated[str | None, Header()] 
     return who
 
 
+def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    who = _identify(request, authorization)
+    if who.metrics_only:
+        raise HTTPException(403, "the metrics token reads /metrics only")
+    return who
+
+
+def _scraper(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    who = _identify(request, authorization)
+    if not who.may_scrape:
+        raise HTTPException(403, "/metrics shows every team: use the admin token or auth.metrics_token")
+    return who
+
+
 Who = Annotated[Principal, Depends(_principal)]
+Scraper = Annotated[Principal, Depends(_scraper)]
+
+
+def shallow(value: Any, field: str) -> None:
+    """Refuse JSON nested deeper than the store and the logs can take (422 naming ``field``)."""
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise HTTPException(422, {"field": field, "problem": f"nested more than {MAX_JSON_DEPTH} levels"})
 
 
 def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, services: ServiceManager) -> FastAPI:
     """The API over one control plane."""
     app = FastAPI(title="gpuplane", version="0.1.0", description="GPU scheduling and autoscaling control plane")
     app.state.tokens = tokens
+
+    app.add_middleware(BodyLimit)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -229,7 +265,10 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
 
     @app.get("/v1/jobs/{job_id}/logs")
     def logs(
-        job_id: str, who: Who, rank: Annotated[int, Query(ge=0)] = 0, offset: Annotated[int, Query(ge=0)] = 0
+        job_id: str,
+        who: Who,
+        rank: Annotated[int, Query(ge=0, le=4095)] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
     ) -> PlainTextResponse:
         job = own_job(job_id, who)
         if rank >= job.pods:
@@ -252,9 +291,9 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
     @app.get("/v1/events")
     def events(
         who: Who,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
         limit: Annotated[int, Query(ge=1, le=5000)] = 200,
-        subject: str | None = None,
+        subject: Annotated[PlainText | None, Query(max_length=128)] = None,
     ) -> list[dict[str, Any]]:
         team = None if who.is_admin else who.team
         return [
@@ -276,6 +315,7 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
 
     @app.post("/v1/services", status_code=201)
     def deploy(body: dict[str, Any], who: Who) -> dict[str, Any]:
+        shallow(body, "body")
         team = None if who.is_admin else who.team
         return _or_http(lambda: services.deploy(body, team))
 
@@ -297,6 +337,7 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
     @app.post("/v1/services/{name}/canary", status_code=201)
     def start_canary(name: str, req: CanaryRequest, who: Who) -> dict[str, Any]:
         own_service(name, who)
+        shallow(req.options, "options")
         return _or_http(lambda: services.start_canary(name, req.handler, req.options))
 
     @app.delete("/v1/services/{name}/canary")
@@ -317,7 +358,7 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
         return Response(payload, status_code=status, media_type="application/json")
 
     @app.get("/metrics")
-    def prometheus() -> Response:
+    def prometheus(_who: Scraper) -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

@@ -14,6 +14,7 @@ from gpuplane.policy import PolicySpec
 from gpuplane.policy.schema_auth import TOKEN_FIX, token_problem
 
 ADMIN = "*admin*"
+MONITOR = "*metrics*"
 
 
 class AuthConfigError(ValueError):
@@ -22,22 +23,41 @@ class AuthConfigError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who made a request: a team, or the platform admin (who sees and changes everything)."""
+    """Who made a request: a team, the platform admin (who sees and changes everything), or the metrics
+    scraper (who reads ``/metrics`` and nothing else)."""
 
     team: str | None
+    metrics_only: bool = False
 
     @property
     def is_admin(self) -> bool:
         """Whether this is the platform admin."""
+        return self.team is None and not self.metrics_only
+
+    @property
+    def may_scrape(self) -> bool:
+        """Whether this principal may read every team's metrics."""
         return self.team is None
 
     def may_access(self, team: str) -> bool:
         """Whether this principal may see and change ``team``'s jobs and services."""
-        return self.team is None or self.team == team
+        return self.is_admin or self.team == team
 
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def _principal_of(owner: str) -> Principal:
+    if owner == ADMIN:
+        return Principal(None)
+    if owner == MONITOR:
+        return Principal(None, metrics_only=True)
+    return Principal(owner)
+
+
+def _owner_label(owner: str) -> str:
+    return {ADMIN: "the admin", MONITOR: "the metrics token"}.get(owner, f"team {owner}")
 
 
 class TokenTable:
@@ -58,7 +78,7 @@ class TokenTable:
         found: Principal | None = None
         for owner, digest in self._by_owner.items():
             if hmac.compare_digest(digest, offered):
-                found = Principal(None if owner == ADMIN else owner)
+                found = _principal_of(owner)
         return found
 
     @property
@@ -69,7 +89,7 @@ class TokenTable:
 
 def token_variables(policy: PolicySpec) -> list[str]:
     """The environment variables the policy's ``auth`` section reads tokens from."""
-    refs = [policy.auth.admin_token, *policy.auth.team_tokens.values()]
+    refs = [policy.auth.admin_token, policy.auth.metrics_token, *policy.auth.team_tokens.values()]
     return sorted({ref.env for ref in refs if ref is not None and ref.env is not None})
 
 
@@ -87,6 +107,7 @@ def resolve_tokens(policy: PolicySpec, data_dir: Path, generate_missing: bool) -
     wanted: list[tuple[str, str, object]] = [(ADMIN, "auth.admin_token", policy.auth.admin_token)]
     for team in policy.teams:
         wanted.append((team.name, f"auth.team_tokens.{team.name}", policy.auth.team_tokens.get(team.name)))
+    wanted.append((MONITOR, "auth.metrics_token", policy.auth.metrics_token))
     for owner, where, ref in wanted:
         value: str | None = None
         if ref is not None:
@@ -101,10 +122,10 @@ def resolve_tokens(policy: PolicySpec, data_dir: Path, generate_missing: bool) -
                     )
             elif secret is not None:
                 value = secret.get_secret_value()
-        if value is None and generate_missing:
+        if value is None and generate_missing and owner != MONITOR:
             value = stored.get(owner) or secrets.token_urlsafe(24)
             stored[owner] = value
-            notes.append(f"token for {'the admin' if owner == ADMIN else 'team ' + owner} in {stored_path}")
+            notes.append(f"token for {_owner_label(owner)} in {stored_path}")
         if value is not None:
             problem = token_problem(value)
             if problem is not None:
@@ -112,8 +133,8 @@ def resolve_tokens(policy: PolicySpec, data_dir: Path, generate_missing: bool) -
             if value in tokens.values():
                 other = next(o for o, v in tokens.items() if v == value)
                 raise AuthConfigError(
-                    f"{where}: the same token as {'the admin' if other == ADMIN else 'team ' + other}; whoever holds "
-                    "it would act as both. Fix: give every team and the admin a token of its own"
+                    f"{where}: the same token as {_owner_label(other)}; whoever holds it would act as both. "
+                    "Fix: give every team and the admin a token of its own"
                 )
             tokens[owner] = value
     if notes:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.live.convert import gpus_asked, gpus_held, placement_to_dict, pod_gpus, to_node, to_running, to_workload
+from gpuplane.live.feasibility import never_runs
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock, Engine, NodeProvider
 from gpuplane.live.ray_cluster import RayNode
@@ -40,6 +41,11 @@ log = logging.getLogger("gpuplane.live")
 CHECKPOINT_REFRESH_S = 5.0
 START_TIMEOUT_S = 300.0
 """An admitted job whose pods have not all started this long after its victims' grace period is requeued."""
+MAX_START_ATTEMPTS = 3
+"""Attempts lost before the job ever ran (missing binary, pod start error, start timeout) before it fails."""
+START_BACKOFF_S = 2.0
+START_BACKOFF_MAX_S = 60.0
+"""A failed start is retried after 2 s, 4 s, ... (at most 60 s), so a broken job does not hog the loop."""
 
 
 class SubmitError(ValueError):
@@ -148,6 +154,9 @@ class ControlPlane:
             raise SubmitError(
                 "pools", f"no pool of team '{job.team}' can run this workload: {resolved.rejected_pools or 'none'}"
             )
+        too_big = never_runs(resolved)
+        if too_big is not None:
+            raise SubmitError("pods", f"this job can never run: {too_big}")
         job.queued_time = job.submit_time
         event = self._event("job", job, "submitted", {"gpus": gpus_asked(job)})
         with self.lock:
@@ -197,6 +206,10 @@ class ControlPlane:
         """Why the job is where it is: the last cycle's decisions for pending work, the recorded reason otherwise."""
         with self.lock:
             job = self.jobs[job_id]
+            if job.state is JobState.PENDING and job.not_before is not None and job.not_before > self.clock():
+                wait = job.not_before - self.clock()
+                message = f"its last start failed ({job.failed_starts} in a row); tried again in {wait:.0f} s"
+                return {"workload": job_id, "status": "pending", "decision": job.reason, "message": message}
             if job.state is JobState.PENDING:
                 if self.last_result is None or not self.last_result.for_workload(job_id):
                     return {"workload": job_id, "status": "pending", "message": "submitted after the last cycle"}
@@ -246,9 +259,10 @@ class ControlPlane:
                 self.engine.start(job, self.grace_s)
             except Exception as exc:
                 log.warning("starting %s failed: %s", job.id, exc)
+                self.engine.stop(job.id)
                 with self.lock:
                     failed: list[EventRecord] = []
-                    self._requeue(job, self.clock(), failed, "start_failed", {"error": str(exc)[:300]})
+                    self._lost(job, self.clock(), failed, "start_failed", {"message": str(exc)[:300]})
                     self.store.save_jobs([job], failed)
         self.last_tick = report
         if self.metrics is not None:
@@ -273,18 +287,18 @@ class ControlPlane:
             if job.state is JobState.ADMITTED and status.phase is RunPhase.RUNNING:
                 job.state = JobState.RUNNING
                 job.start_time = now
+                job.failed_starts = 0
                 events.append(self._event("job", job, "started", {"pods": status.info, "attempt": job.attempts}))
                 changed[job.id] = job
             elif job.state in (JobState.ADMITTED, JobState.RUNNING):
                 if status.phase is RunPhase.EXITED:
                     state = JobState.SUCCEEDED if status.exit_code == 0 else JobState.FAILED
-                    self._finish(
-                        job, state, now, status.exit_code, events, state.value, {"exit_code": status.exit_code}
-                    )
+                    details = {"exit_code": status.exit_code, "message": exit_message(status.exit_code)}
+                    self._finish(job, state, now, status.exit_code, events, state.value, details)
                     stops.append(job.id)
                     changed[job.id] = job
                 elif status.phase is RunPhase.LOST:
-                    self._requeue(job, now, events, "lost", {"message": status.message})
+                    self._lost(job, now, events, "lost", {"message": status.message})
                     stops.append(job.id)
                     changed[job.id] = job
                 elif job.state is JobState.RUNNING and now - self._ckpt_checked.get(job.id, 0.0) > CHECKPOINT_REFRESH_S:
@@ -302,7 +316,7 @@ class ControlPlane:
                     changed[job.id] = job
         for job in self.jobs.values():
             if job.state.holds_gpus and job.id not in statuses:
-                self._requeue(job, now, events, "lost", {"message": "the engine does not run it"})
+                self._lost(job, now, events, "lost", {"message": "the engine does not run it"})
                 stops.append(job.id)
                 changed[job.id] = job
             elif (
@@ -310,7 +324,7 @@ class ControlPlane:
                 and job.admitted_time is not None
                 and now - job.admitted_time > self.grace_s + START_TIMEOUT_S
             ):
-                self._requeue(job, now, events, "start_timeout", {"waited_s": round(now - job.admitted_time, 1)})
+                self._lost(job, now, events, "start_timeout", {"waited_s": round(now - job.admitted_time, 1)})
                 stops.append(job.id)
                 changed[job.id] = job
             elif job.state is JobState.CANCELLING and job.id not in statuses:
@@ -343,7 +357,7 @@ class ControlPlane:
         for job in self.jobs.values():
             if job.state.holds_gpus:
                 running.append(to_running(job, self._workload(job)))
-            elif job.state is JobState.PENDING:
+            elif job.state is JobState.PENDING and (job.not_before is None or job.not_before <= now):
                 pending.append(self._workload(job))
         nodes = [to_node(n, n.name not in self.cordoned) for n in alive.values()]
         return ClusterSnapshot(now, nodes, running, pending)
@@ -426,6 +440,8 @@ class ControlPlane:
         details: dict[str, Any],
     ) -> None:
         self._account(job, now)
+        if reason == "cancelled":
+            details = {"message": "cancelled on request", **details}
         job.state = state
         job.end_time = now
         job.exit_code = exit_code
@@ -449,8 +465,28 @@ class ControlPlane:
         job.start_time = None
         job.stop_deadline = None
         job.victims = []
+        job.not_before = None
         job.reason = {"reason": reason, **details}
         events.append(self._event("job", job, reason, details))
+
+    def _lost(
+        self, job: JobRecord, now: float, events: list[EventRecord], reason: str, details: dict[str, Any]
+    ) -> None:
+        """Requeue work the engine lost. Work lost before it ever ran is a failed start: retried after a growing
+        backoff, and failed for good (``start_failed``) after ``MAX_START_ATTEMPTS`` in a row."""
+        if job.state is not JobState.ADMITTED:
+            self._requeue(job, now, events, reason, details)
+            return
+        job.failed_starts += 1
+        if job.failed_starts >= MAX_START_ATTEMPTS:
+            last = details.get("message") or reason
+            message = f"could not start in {job.failed_starts} attempts in a row; last: {last}"
+            info = {**details, "cause": reason, "attempts": job.failed_starts, "message": message}
+            self._finish(job, JobState.FAILED, now, None, events, "start_failed", info)
+            return
+        delay = min(START_BACKOFF_MAX_S, START_BACKOFF_S * 2 ** (job.failed_starts - 1))
+        self._requeue(job, now, events, reason, {**details, "failed_starts": job.failed_starts, "retry_in_s": delay})
+        job.not_before = now + delay
 
     def _account(self, job: JobRecord, now: float) -> None:
         if job.start_time is not None and job.placement is not None:
@@ -566,6 +602,17 @@ class ControlPlane:
                 }
             )
         return out
+
+
+def exit_message(code: int | None) -> str:
+    """What an entrypoint's exit code means, for ``why`` and the job's events."""
+    if code is None:
+        return "the entrypoint's exit code is unknown"
+    if code < 0:
+        return f"the entrypoint was killed by signal {-code}"
+    if code == 0:
+        return "the entrypoint exited with code 0"
+    return f"the entrypoint exited with code {code}: see its log (gpuplane logs JOB_ID)"
 
 
 def _decision_dict(decision: Decision) -> dict[str, Any]:

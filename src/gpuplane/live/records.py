@@ -68,6 +68,10 @@ class JobRecord:
     stop_deadline: float | None = None
     victims: list[str] = field(default_factory=list)
     reserved_before: bool = False
+    failed_starts: int = 0
+    """Attempts in a row lost before the job ran (reset once it runs)."""
+    not_before: float | None = None
+    """A job whose start failed waits out its backoff until then."""
 
 
 class ServiceState(StrEnum):

@@ -50,3 +50,5 @@ class TokenRef(_Spec):
 class AuthSpec(_Spec):
     admin_token: TokenRef | None = None
     team_tokens: dict[str, TokenRef] = Field(default_factory=dict)
+    metrics_token: TokenRef | None = None
+    """A token that may read ``/metrics`` and nothing else (a Prometheus scraper's)."""

@@ -328,6 +328,8 @@ def _auth(policy: PolicySpec) -> Iterator[PolicyIssue]:
     refs: list[tuple[Path, TokenRef]] = [(("auth", "team_tokens", t), r) for t, r in policy.auth.team_tokens.items()]
     if policy.auth.admin_token is not None:
         refs.insert(0, (("auth", "admin_token"), policy.auth.admin_token))
+    if policy.auth.metrics_token is not None:
+        refs.append((("auth", "metrics_token"), policy.auth.metrics_token))
     first_by_secret: dict[tuple[str, str], Path] = {}
     for path, ref in refs:
         if ref.value is not None:

@@ -1,0 +1,117 @@
+"""The API refuses what it cannot handle with 4xx naming the field, never 500: unbounded numbers, huge or
+deeply nested bodies, NUL bytes, malformed tokens; /metrics needs the admin or the metrics token."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuplane.io.policy_file import load_policy
+from gpuplane.live.api import create_app
+from gpuplane.live.auth import ADMIN, MONITOR, TokenTable
+from gpuplane.live.control import ControlPlane
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.services import ServiceManager
+from gpuplane.live.store import Store
+from tests.unit.test_live_control import POLICY, Clock, FakeEngine, FakeNodes
+
+TEAM = {"Authorization": "Bearer research-secret-token-0"}
+ADMIN_HEADERS = {"Authorization": "Bearer admin-secret-token-0"}
+
+
+def api(tmp_path: Path, tokens: dict[str, str] | None = None) -> TestClient:
+    policy = load_policy(str(POLICY))
+    ids = (f"j{n}" for n in itertools.count())
+    control = ControlPlane(
+        policy, Store.open(f"sqlite:///{tmp_path / 'db'}"), FakeEngine(), FakeNodes(), Clock(), lambda: next(ids)
+    )
+    metrics = Metrics(policy)
+    table = TokenTable(
+        tokens
+        or {ADMIN: "admin-secret-token-0", MONITOR: "metrics-secret-token-0", "research": "research-secret-token-0"}
+    )
+    return TestClient(create_app(control, table, metrics, ServiceManager(control, metrics)))
+
+
+def test_the_api_answers_401_to_unicode_whitespace_even_if_a_token_were_empty(tmp_path: Path) -> None:
+    client = api(tmp_path, {ADMIN: "", "research": "research-secret-token-0"})
+    for header in ("Bearer \x85", "Bearer \xa0", "Bearer ", "Bearer\t"):
+        assert client.get("/v1/jobs", headers={"Authorization": header.encode("latin-1")}).status_code == 401, header
+    ok = client.get("/v1/jobs", headers={"Authorization": "Bearer research-secret-token-0"})
+    assert ok.status_code == 200
+
+
+def job(**extra: object) -> dict[str, object]:
+    return {"name": "j", "entrypoint": ["python", "train.py"], **extra}
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/v1/events?after=9223372036854775808", "after"),
+        ("/v1/events?subject=a%00b", "subject"),
+        ("/v1/jobs/{id}/logs?offset=9223372036854775808", "offset"),
+        ("/v1/jobs/{id}/logs?rank=99999999999999999999", "rank"),
+    ],
+)
+def test_out_of_range_queries_are_422_naming_the_field(tmp_path: Path, path: str, field: str) -> None:
+    client = api(tmp_path)
+    created = client.post("/v1/jobs", json=job(), headers=TEAM)
+    assert created.status_code == 201, created.text
+    answer = client.get(path.format(id=created.json()["id"]), headers=TEAM)
+    assert answer.status_code == 422 and answer.json()["errors"][0]["field"].endswith(field), answer.text
+    assert client.get("/v1/events?after=9223372036854775807", headers=TEAM).json() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ('{"name": "j", "entrypoint": ["x"], "estimated_duration_s": Infinity}', "estimated_duration_s"),
+        ('{"name": "j", "entrypoint": ["x"], "checkpoint_interval_s": NaN}', "checkpoint_interval_s"),
+        ('{"name": "j", "entrypoint": ["x"], "estimated_duration_s": 1e300}', "estimated_duration_s"),
+        (json.dumps(job(entrypoint=["x"] * 2000)), "entrypoint"),
+        (json.dumps(job(entrypoint=["x" * 10000])), "entrypoint.0"),
+        (json.dumps(job(env={f"V{i}": "1" for i in range(300)})), "env"),
+        (json.dumps(job(env={"BAD NAME": "1"})), "env.BAD NAME.[key]"),
+        (json.dumps(job(env={"V": "x" * 20000})), "env.V"),
+        (json.dumps(job(name="a\u0000b")), "name"),
+        (json.dumps(job(entrypoint=["a\u0000b"])), "entrypoint.0"),
+        ('{"name": "\\ud800", "entrypoint": ["x"]}', "name"),
+    ],
+)
+def test_unbounded_job_fields_are_422_and_create_nothing(tmp_path: Path, body: str, field: str) -> None:
+    client = api(tmp_path)
+    headers = {**TEAM, "content-type": "application/json"}
+    answer = client.post("/v1/jobs", content=body, headers=headers)
+    assert answer.status_code == 422, answer.text
+    assert field in [e["field"] for e in answer.json()["errors"]], answer.json()
+    assert client.get("/v1/jobs", headers=TEAM).json() == []
+
+
+def test_huge_or_deeply_nested_bodies_are_refused_before_parsing(tmp_path: Path) -> None:
+    client = api(tmp_path)
+    headers = {**TEAM, "content-type": "application/json"}
+    huge = json.dumps(job(entrypoint=["x" * 4000] * 600))
+    assert client.post("/v1/jobs", content=huge, headers=headers).status_code == 413
+    deep = "[" * 100000 + "]" * 100000
+    assert client.post("/v1/services", content=deep, headers=headers).status_code == 400
+    nested: object = []
+    for _ in range(70):
+        nested = [nested]
+    nested = {"name": "echo", "options": {"a": nested}}
+    answer = client.post("/v1/services", json=nested, headers=TEAM)
+    assert answer.status_code == 422 and answer.json()["detail"]["field"] == "body"
+
+
+def test_metrics_need_the_admin_or_the_metrics_token(tmp_path: Path) -> None:
+    client = api(tmp_path)
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=TEAM).status_code == 403
+    assert client.get("/metrics", headers=ADMIN_HEADERS).status_code == 200
+    scraper = {"Authorization": "Bearer metrics-secret-token-0"}
+    assert "gpuplane_pool_gpus" in client.get("/metrics", headers=scraper).text
+    assert client.get("/v1/jobs", headers=scraper).status_code == 403, "the metrics token reads /metrics only"
