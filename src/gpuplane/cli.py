@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
-from gpuplane.cli_args import names, number
+from gpuplane.cli_args import Parser, names, number
 from gpuplane.cli_live import add_live_commands
+from gpuplane.cli_tables import exact
+from gpuplane.cli_tables import table as titled_table
 from gpuplane.export.model import ExportError
 from gpuplane.io.policy_file import load_policy, policy_label
 from gpuplane.io.snapshot_file import load_snapshot
@@ -60,9 +62,16 @@ def _run_cycle(policy_path: str, snapshot_path: str) -> tuple[PolicySpec, CycleR
 
 
 def _print_result(result: CycleResult, console: Console) -> None:
-    table = Table(title=f"Scheduling cycle at t={result.now:g}s", title_justify="left")
-    for column in ("decision", "workload", "reason", "details"):
-        table.add_column(column, overflow="fold")
+    codes = [d.reason.code.value for d in result.decisions]
+    table = titled_table(
+        f"Scheduling cycle at t={result.now:g}s",
+        [
+            exact("decision", [d.kind.value for d in result.decisions]),
+            Column("workload", overflow="fold", ratio=1),
+            exact("reason", codes),
+            Column("details", overflow="fold", ratio=2),
+        ],
+    )
     for d in result.decisions:
         where = d.reason.message
         if d.placement is not None:
@@ -269,6 +278,12 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _serving_policies() -> tuple[str, ...]:
+    from gpuplane.sim.serving import POLICIES
+
+    return POLICIES
+
+
 def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     """Replay a request trace against one inference service under several replica-scaling policies."""
     from gpuplane.sim.durations import format_duration
@@ -283,7 +298,6 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     gaps = trace.gap_windows
     if gaps and args.gaps == "interpolate":
         trace = trace.fill_gaps()
-    names = tuple(n.strip() for n in args.compare.split(",") if n.strip())
     model = ServingModel(
         prefill_tokens_per_s=args.prefill_tokens_per_s, decode_step_s=args.decode_step_s, max_batch=args.max_batch
     )
@@ -303,7 +317,7 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
             status.update(f"{name}: {second / max(seconds, 1):.0%} of the trace")
 
         comparison = compare_serving(
-            policy, args.service, trace, names, model, args.seed, args.replica_startup_s, progress
+            policy, args.service, trace, args.compare, model, args.seed, args.replica_startup_s, progress
         )
     data = comparison.to_dict()
     if not comparison.slo_check.attainable:
@@ -436,23 +450,44 @@ def cmd_report_costs(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+DESCRIPTION = """GPU scheduling and autoscaling: one policy file, one scheduler core, a simulator, a live plane.
+
+  policy      check, export kubernetes, demo
+  simulate    simulate (training traces), simulate-serving (request traces), report costs
+  scheduler   schedule, explain (one cycle on a snapshot file)
+  live plane  serve; submit, jobs, why, logs, cancel, queues, services (clients of its API)
+
+'gpuplane COMMAND --help' lists a command's options. Invalid input exits 2 with the fix."""
+
+
+def _version() -> str:
+    """The installed distribution's version (the source tree's when run uninstalled)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpuplane")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``gpuplane`` command."""
-    parser = argparse.ArgumentParser(prog="gpuplane", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="gpuplane", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gpuplane {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     check = sub.add_parser("check", help="validate a policy file (exit 2 when invalid)")
-    check.add_argument("policy")
+    check.add_argument("policy", help="the policy file (YAML)")
     check.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="check with this change")
     check.set_defaults(func=cmd_check)
     sched = sub.add_parser("schedule", help="run one scheduling cycle on a snapshot file")
-    sched.add_argument("--policy", required=True)
-    sched.add_argument("snapshot")
+    sched.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
+    sched.add_argument("snapshot", help="snapshot file: nodes, running and pending workloads (examples/snapshot.yaml)")
     sched.add_argument("--json", help="write the decisions to this JSON file")
     sched.set_defaults(func=cmd_schedule)
     why = sub.add_parser("explain", help="why is this workload pending (or admitted, or preempted)?")
-    why.add_argument("--policy", required=True)
-    why.add_argument("snapshot")
-    why.add_argument("workload")
+    why.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
+    why.add_argument("snapshot", help="snapshot file: nodes, running and pending workloads")
+    why.add_argument("workload", help="the workload's id in the snapshot")
     why.set_defaults(func=cmd_explain)
     sim = sub.add_parser("simulate", help="replay a cluster trace through one or more policies")
     sim.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
@@ -524,7 +559,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace", required=True, help="KIND:PATH, KIND servegen (model folder or CSV), azure (CSV) or mooncake (JSONL)"
     )
     serving.add_argument("--service", help="the policy's service to drive (default: its first)")
-    serving.add_argument("--compare", default="gpuplane,hpa,static,oracle", help="policies: gpuplane,hpa,static,oracle")
+    serving.add_argument(
+        "--compare",
+        type=names(_serving_policies, also=lambda name: name.startswith("hpa@")),
+        default=("gpuplane", "hpa", "static", "oracle"),
+        help="policies: gpuplane, hpa, static, oracle, hpa@TARGET (HPA at TARGET req/s per replica); default all four",
+    )
     serving.add_argument("--replica-startup-s", type=float, help="override the service's replica_startup_s")
     serving.add_argument("--days", type=float, help="only the first N days of the trace")
     serving.add_argument("--seed", type=int, default=0, help="seed of the arrival process (default 0)")
@@ -543,10 +583,20 @@ def build_parser() -> argparse.ArgumentParser:
     serving.set_defaults(func=cmd_simulate_serving)
     export = sub.add_parser("export", help="compile the policy to another stack")
     export.add_argument("target", choices=("kubernetes",), help="the stack to compile to")
-    export.add_argument("policy")
+    export.add_argument("policy", help="the policy file (YAML)")
     export.add_argument("-o", "--output", required=True, help="directory for the manifests (created if missing)")
-    export.add_argument("--node-autoscaler", choices=("karpenter", "cluster-autoscaler"), default="karpenter")
-    export.add_argument("--inference-autoscaler", choices=("keda", "hpa"), default="keda")
+    export.add_argument(
+        "--node-autoscaler",
+        choices=("karpenter", "cluster-autoscaler"),
+        default="karpenter",
+        help="what provisions GPU nodes (default karpenter)",
+    )
+    export.add_argument(
+        "--inference-autoscaler",
+        choices=("keda", "hpa"),
+        default="keda",
+        help="what scales the inference services' replicas (default keda)",
+    )
     export.add_argument(
         "--serving-metrics",
         choices=("vllm", "tgi"),

@@ -1,4 +1,8 @@
-"""The live plane's commands: ``serve`` (the control plane) and the API client commands."""
+"""The live plane's commands: ``serve`` (the control plane) and the API client commands.
+
+The client commands print tables that fit the terminal (``gpuplane.cli_tables``) and, with ``--json``,
+the API's JSON unchanged for scripts.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,20 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Column, Table
 
+from gpuplane.cli_tables import jobs_table, queues_table, services_table
 from gpuplane.io.policy_file import load_policy
+from gpuplane.live.records import JobState
+
+FOLLOW_POLL_S = 1.0
+_sleep = time.sleep
+JOB_STATES = tuple(s.value for s in JobState)
+FINISHED_STATES = frozenset(s.value for s in JobState if s.finished)
 
 
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
@@ -74,23 +85,47 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
+
+
 def cmd_jobs(args: argparse.Namespace, console: Console) -> int:
-    """List jobs."""
-    jobs = _client(args).jobs(args.state)
-    longest_id = max((len(job["id"]) for job in jobs), default=2)
-    id_column = Column("id", no_wrap=True, min_width=longest_id)
-    table = Table(id_column, "name", "team", "state", "GPUs", "attempts", "reason")
-    for job in jobs:
-        table.add_row(
-            job["id"],
-            job["name"],
-            job["team"],
-            job["state"],
-            str(job["pods"] * job["gpus_per_pod"]),
-            str(job["attempts"]),
-            str((job.get("reason") or {}).get("reason", "")),
+    """List the jobs this token may see (of one state and team when asked), as a table or as JSON."""
+    jobs = _client(args).jobs(args.state, args.team)
+    if args.json:
+        _print_json(jobs)
+        return 0
+    if not jobs:
+        console.print(
+            "no jobs"
+            + (f" in state {args.state}" if args.state else "")
+            + (f" of team {args.team}" if args.team else "")
         )
-    console.print(table)
+        return 0
+    console.print(jobs_table(jobs))
+    return 0
+
+
+def cmd_queues(args: argparse.Namespace, console: Console) -> int:
+    """Each team queue's quota per GPU flavor, GPUs in use (borrowed above nominal), running and pending jobs."""
+    queues = _client(args).get("/v1/queues")
+    if args.json:
+        _print_json(queues)
+        return 0
+    console.print(queues_table(queues))
+    return 0
+
+
+def cmd_services(args: argparse.Namespace, console: Console) -> int:
+    """The inference services this token may see: replicas wanted and running, revision, last scaling reason."""
+    services = _client(args).get("/v1/services")
+    if args.json:
+        _print_json(services)
+        return 0
+    if not services:
+        console.print("no services")
+        return 0
+    console.print(services_table(services))
     return 0
 
 
@@ -118,22 +153,41 @@ def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_logs(args: argparse.Namespace, console: Console) -> int:
-    """Print a job rank's log."""
-    sys.stdout.write(_client(args).logs(args.job, args.rank))
-    return 0
+    """Print a job rank's log; with ``--follow``, keep printing what it appends until the job has finished."""
+    client = _client(args)
+    offset = _write_log(client, args, 0)
+    if not args.follow:
+        return 0
+    try:
+        while True:
+            finished = client.job(args.job)["state"] in FINISHED_STATES
+            offset = _write_log(client, args, offset)
+            if finished:
+                return 0
+            _sleep(FOLLOW_POLL_S)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _write_log(client: Any, args: argparse.Namespace, offset: int) -> int:
+    """Write the log from byte ``offset``; the offset after it."""
+    text = client.logs(args.job, args.rank, offset)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return offset + len(text.encode())
 
 
 def add_live_commands(sub: Any) -> None:
-    """Register ``serve``, ``submit``, ``jobs``, ``why``, ``cancel`` and ``logs``."""
+    """Register ``serve``, ``submit``, ``jobs``, ``queues``, ``services``, ``why``, ``cancel`` and ``logs``."""
     serve = sub.add_parser("serve", help="run the live control plane (REST API, store, metrics) on Ray")
-    serve.add_argument("--policy", required=True)
+    serve.add_argument("--policy", required=True, help="policy file (pools become Ray nodes; teams, tokens)")
     serve.add_argument("--data-dir", default="gpuplane-data", help="store, logs, checkpoints (default ./gpuplane-data)")
     serve.add_argument("--ray-address", help="attach to this Ray cluster instead of starting a local one")
     serve.add_argument(
         "--database-url", help="e.g. postgresql+psycopg2://user:pass@host/db (default: SQLite in data dir)"
     )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--host", default="127.0.0.1", help="address the API listens on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port of the API (default 8080)")
     serve.add_argument("--tick-s", type=float, default=0.5, help="control loop period (default 0.5 s)")
     serve.add_argument(
         "--no-generate-tokens", action="store_true", help="fail when a token's environment variable is unset"
@@ -144,34 +198,58 @@ def add_live_commands(sub: Any) -> None:
         p.add_argument("--url", help="control plane URL (default $GPUPLANE_URL or http://127.0.0.1:8080)")
         p.add_argument("--token", help="API token (default $GPUPLANE_TOKEN)")
 
+    def json_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true", help="print the API's JSON instead of a table")
+
     submit = sub.add_parser("submit", help="submit a job: gpuplane submit --pods 2 --gpus 4 -- python train.py")
     client_args(submit)
-    submit.add_argument("--name")
-    submit.add_argument("--team", help="needed with the admin token")
-    submit.add_argument("--class", dest="job_class", choices=("training", "batch"), default="training")
-    submit.add_argument("--pods", type=int, default=1)
-    submit.add_argument("--gpus", type=int, default=1, help="GPUs per pod")
-    submit.add_argument("--priority")
-    submit.add_argument("--checkpoint-interval-s", type=float)
-    submit.add_argument("--idempotency-key")
-    submit.add_argument("--working-dir")
-    submit.add_argument("entrypoint", nargs=argparse.REMAINDER)
+    submit.add_argument("--name", help="the job's name (default: the command's file name)")
+    submit.add_argument("--team", help="the job's team; needed with the admin token (a team token implies it)")
+    submit.add_argument(
+        "--class", dest="job_class", choices=("training", "batch"), default="training", help="default training"
+    )
+    submit.add_argument("--pods", type=int, default=1, help="pods of the gang, all started together (default 1)")
+    submit.add_argument("--gpus", type=int, default=1, help="GPUs per pod (default 1)")
+    submit.add_argument("--priority", help="a priority tier of the policy (default: the class's)")
+    submit.add_argument(
+        "--checkpoint-interval-s", type=float, help="the job checkpoints this often (preemption loses the rest)"
+    )
+    submit.add_argument("--idempotency-key", help="resending with the same key returns the first job, never a second")
+    submit.add_argument(
+        "--working-dir", help="directory the job runs in, on the plane's machine (default: the job's own directory)"
+    )
+    submit.add_argument("entrypoint", nargs=argparse.REMAINDER, help="the command, after --")
     submit.set_defaults(func=cmd_submit)
-    jobs = sub.add_parser("jobs", help="list jobs")
+    jobs = sub.add_parser("jobs", help="list jobs (like squeue): id, team, state, GPUs, reason")
     client_args(jobs)
-    jobs.add_argument("--state")
+    jobs.add_argument("--state", choices=JOB_STATES, help="only jobs in this state")
+    jobs.add_argument("--team", help="only this team's jobs (the admin token sees every team)")
+    json_arg(jobs)
     jobs.set_defaults(func=cmd_jobs)
+    queues = sub.add_parser(
+        "queues", help="quota and usage per team queue and GPU flavor (like kubectl get clusterqueues)"
+    )
+    client_args(queues)
+    json_arg(queues)
+    queues.set_defaults(func=cmd_queues)
+    services = sub.add_parser("services", help="inference services: replicas wanted and running, scaling reason")
+    client_args(services)
+    json_arg(services)
+    services.set_defaults(func=cmd_services)
     why = sub.add_parser("why", help="why is my job pending (or running, or preempted)?")
     client_args(why)
-    why.add_argument("job")
-    why.add_argument("--json", action="store_true")
+    why.add_argument("job", help="the job's id (gpuplane jobs lists them)")
+    json_arg(why)
     why.set_defaults(func=cmd_why)
     cancel = sub.add_parser("cancel", help="cancel a job")
     client_args(cancel)
-    cancel.add_argument("job")
+    cancel.add_argument("job", help="the job's id")
     cancel.set_defaults(func=cmd_cancel)
     logs = sub.add_parser("logs", help="print a job's log")
     client_args(logs)
-    logs.add_argument("job")
-    logs.add_argument("--rank", type=int, default=0)
+    logs.add_argument("job", help="the job's id")
+    logs.add_argument("--rank", type=int, default=0, help="which pod of the gang (default 0)")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new output until the job finishes (Ctrl-C stops)"
+    )
     logs.set_defaults(func=cmd_logs)

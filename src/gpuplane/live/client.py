@@ -14,6 +14,33 @@ class ApiError(RuntimeError):
     """The API refused a request; the message carries its status and the server's explanation."""
 
 
+def refusal(response: httpx.Response) -> str:
+    """A refused request in words: ``422 team: unknown team 'x'``, not the raw JSON body.
+
+    The API answers ``{"detail": TEXT}``, ``{"detail": {"field": F, "problem": P}}`` or, for a request
+    that does not match the schema, ``{"detail": "invalid request", "errors": [{"field", "problem"}]}``."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        return f"{response.status_code}: {response.text.strip() or response.reason_phrase}"
+    parts = [_problem(body.get("detail", response.reason_phrase))]
+    errors = body.get("errors")
+    if isinstance(errors, list):
+        parts += [_problem(e) for e in errors]
+    return f"{response.status_code} " + "; ".join(p for p in parts if p)
+
+
+def _problem(item: Any) -> str:
+    if isinstance(item, dict) and "problem" in item:
+        field = item.get("field")
+        return f"{field}: {item['problem']}" if field else str(item["problem"])
+    if isinstance(item, dict):
+        return ", ".join(f"{k}: {v}" for k, v in item.items())
+    return str(item)
+
+
 class Client:
     """Calls the API with a bearer token (``GPUPLANE_TOKEN`` by default) at ``GPUPLANE_URL``."""
 
@@ -30,12 +57,7 @@ class Client:
         except httpx.HTTPError as exc:
             raise ApiError(f"cannot reach the control plane at {self.url}: {exc}") from exc
         if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail", response.text)
-                errors = response.json().get("errors")
-            except ValueError:
-                detail, errors = response.text, None
-            raise ApiError(f"{response.status_code}: {detail}" + (f" {errors}" if errors else ""))
+            raise ApiError(refusal(response))
         if response.headers.get("content-type", "").startswith("application/json"):
             return response.json()
         return response.text
@@ -45,9 +67,10 @@ class Client:
         result: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec)
         return result
 
-    def jobs(self, state: str | None = None) -> list[dict[str, Any]]:
-        """Jobs this token may see."""
-        result: list[dict[str, Any]] = self._call("GET", "/v1/jobs", params={"state": state} if state else None)
+    def jobs(self, state: str | None = None, team: str | None = None) -> list[dict[str, Any]]:
+        """Jobs this token may see, of one state and one team when given."""
+        params = {k: v for k, v in (("state", state), ("team", team)) if v}
+        result: list[dict[str, Any]] = self._call("GET", "/v1/jobs", params=params or None)
         return result
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -65,9 +88,9 @@ class Client:
         result: dict[str, Any] = self._call("DELETE", f"/v1/jobs/{job_id}")
         return result
 
-    def logs(self, job_id: str, rank: int = 0) -> str:
-        """A rank's log."""
-        return str(self._call("GET", f"/v1/jobs/{job_id}/logs", params={"rank": rank}))
+    def logs(self, job_id: str, rank: int = 0, offset: int = 0) -> str:
+        """A rank's log from byte ``offset``."""
+        return str(self._call("GET", f"/v1/jobs/{job_id}/logs", params={"rank": rank, "offset": offset}))
 
     def get(self, path: str) -> Any:
         """Any GET endpoint (queues, nodes, pools, events, services)."""

@@ -1,0 +1,283 @@
+"""The command line as a new user meets it: --version, help on every option, did-you-mean for typos,
+readable refusals, the live client commands (jobs --json --team, queues, services, logs --follow) against
+the real API over a control plane with a fake engine, and tables at a terminal width of 80 that keep
+every reason code whole."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+from collections.abc import Iterator
+from fcntl import ioctl
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpuplane import cli_live
+from gpuplane.cli import build_parser, main
+from gpuplane.live import auth
+from gpuplane.live.api import create_app
+from gpuplane.live.auth import TokenTable
+from gpuplane.live.client import Client
+from gpuplane.live.metrics import Metrics
+from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.records import JobState
+from gpuplane.live.services import ServiceManager
+from gpuplane.model import ReasonCode
+from tests.unit.test_live_control import Clock, FakeEngine, plane
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENS = {team: f"{team}-cli-test-token-0123456789" for team in ("research", "product", "serving")}
+ADMIN = "admin-cli-test-token-0123456789"
+WIDTH = 80
+
+
+@pytest.fixture(autouse=True)
+def _terminal_80(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    monkeypatch.delenv("GPUPLANE_TOKEN", raising=False)
+    monkeypatch.delenv("GPUPLANE_URL", raising=False)
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- the parser ------------------------------------------------------------------------------------------
+
+
+def test_version(capsys):
+    code, out, _ = run(["--version"], capsys)
+    assert code == 0 and re.fullmatch(r"gpuplane \d+\.\d+\.\d+\S*\n", out)
+
+
+def _actions(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, str, str | None]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                yield " ".join((*path, name)), "(the command itself)", helps.get(name)
+                yield from _actions(child, (*path, name))
+        elif not isinstance(action, argparse._HelpAction):
+            yield " ".join(path) or "gpuplane", "/".join(action.option_strings) or action.dest, action.help
+
+
+def test_every_command_and_option_has_help():
+    missing = [f"{command} {option}" for command, option, text in _actions(build_parser()) if not text]
+    assert missing == []
+
+
+def test_top_level_help_lists_every_command(capsys):
+    code, out, _ = run(["--help"], capsys)
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert code == 0
+    assert [c for c in commands if c not in out] == []
+
+
+def test_a_mistyped_option_is_named_with_the_closest_one(capsys):
+    code, _, err = run(["simulate", "--polcy", "p.yaml", "--trace", "gpuplane:t.csv"], capsys)
+    assert code == 2
+    assert "unrecognized option '--polcy': did you mean '--policy'?" in err
+    assert "required" not in err
+
+
+def test_a_mistyped_command_is_named_with_the_closest_one(capsys):
+    code, _, err = run(["chek", "p.yaml"], capsys)
+    assert code == 2 and "unknown command 'chek': did you mean 'check'?" in err
+
+
+def test_options_after_the_command_of_submit_are_the_command_s(monkeypatch, capsys, api):
+    code, out, err = run(["submit", "--token", TOKENS["research"], "--", "python", "train.py", "--polcy"], capsys)
+    assert code == 0, err
+    assert api.control.jobs[out.split()[0]].entrypoint == ["python", "train.py", "--polcy"]
+
+
+def test_a_mistyped_serving_policy_is_refused_before_the_trace_is_read(capsys):
+    code, _, err = run(
+        ["simulate-serving", "--policy", "p.yaml", "--trace", "azure:/nonexistent.csv", "--compare", "gpuplane,hap"],
+        capsys,
+    )
+    assert code == 2 and "unknown policy 'hap': did you mean 'hpa'?" in err
+
+
+# ---- the live client commands against the real API -----------------------------------------------------
+
+
+class Api:
+    """The real API over a control plane with a fake engine; the CLI's client talks to it in process."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.engine = FakeEngine()
+        self.clock = Clock()
+        self.control = plane(tmp_path, self.engine, self.clock)
+        self.logs: dict[str, bytes] = {}
+        self.engine.read_log = lambda job, rank=0, offset=0: self.logs.get(job.id, b"")[offset:]  # type: ignore[method-assign]
+        metrics = Metrics(self.control.policy)
+        self.services = ServiceManager(self.control, metrics)
+        self.app = create_app(self.control, TokenTable({**TOKENS, auth.ADMIN: ADMIN}), metrics, self.services)
+
+    def client(self, args: argparse.Namespace) -> Client:
+        token = args.token or ADMIN
+        client = Client("http://testserver", token)
+        client._http = TestClient(self.app, headers={"Authorization": f"Bearer {token}"})
+        return client
+
+    def submit(self, team: str, name: str, gpus: int = 4, pods: int = 1) -> str:
+        body = {"name": name, "team": team, "entrypoint": ["true"], "pods": pods, "gpus_per_pod": gpus}
+        response = TestClient(self.app).post("/v1/jobs", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+
+@pytest.fixture
+def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Api:
+    fake = Api(tmp_path)
+    monkeypatch.setattr(cli_live, "_client", fake.client)
+    return fake
+
+
+def test_a_refusal_is_printed_in_words_not_as_a_dict(api, capsys):
+    code, _, err = run(["submit", "--token", ADMIN, "--team", "nope", "--", "python", "x.py"], capsys)
+    assert code == 2
+    assert err.strip() == "error: 422 team: unknown team 'nope'"
+
+
+def test_a_request_the_schema_refuses_names_each_field(api, capsys):
+    code, _, err = run(["submit", "--token", ADMIN, "--team", "research", "--pods", "0", "--", "x"], capsys)
+    assert code == 2
+    assert err.startswith("error: 422 invalid request; pods: ") and "{" not in err
+
+
+def test_jobs_json_filtered_by_team(api, capsys):
+    mine = api.submit("research", "train-a")
+    api.submit("product", "train-b")
+    code, out, _ = run(["jobs", "--json", "--team", "research"], capsys)
+    jobs = json.loads(out)
+    assert code == 0 and [j["id"] for j in jobs] == [mine] and jobs[0]["team"] == "research"
+
+
+def _assert_fits(out: str) -> None:
+    assert max(len(line) for line in out.splitlines()) <= WIDTH, out
+
+
+def test_jobs_table_fits_80_columns_with_whole_reason_codes(api, capsys):
+    for n in range(3):
+        api.submit("research", f"a-rather-long-job-name-for-a-sweep-{n}", gpus=4, pods=2)
+    api.submit("product", "borrower-with-a-long-name", gpus=4, pods=2)
+    api.control.tick()
+    code, out, _ = run(["jobs"], capsys)
+    assert code == 0
+    _assert_fits(out)
+    reasons = {str(job.reason["reason"]) for job in api.control.jobs.values() if job.reason}
+    assert reasons and all(r in {c.value for c in ReasonCode} for r in reasons)
+    assert [r for r in reasons if r not in out] == []
+    assert {job.state.value for job in api.control.jobs.values()} <= set(out.split())
+
+
+def test_queues_show_quota_usage_and_pending_work_per_team(api, capsys):
+    api.submit("research", "big", gpus=4, pods=2)
+    api.submit("research", "waits", gpus=4, pods=2)
+    api.control.tick()
+    code, out, _ = run(["queues"], capsys)
+    assert code == 0
+    _assert_fits(out)
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in (["research"],)}
+    assert rows["research"][1:6] == ["lab", "a100-80gb", "8", "8", "-"]
+    assert rows["research"][6:] == ["1", "1", "(8", "GPUs)"]
+    code, out, _ = run(["queues", "--json", "--token", TOKENS["product"]], capsys)
+    assert [q["queue"] for q in json.loads(out)] == ["product"]
+
+
+def test_services_list_replicas_and_the_scaling_reason(api, capsys):
+    response = TestClient(api.app).post(
+        "/v1/services", json={"name": "echo"}, headers={"Authorization": f"Bearer {TOKENS['serving']}"}
+    )
+    assert response.status_code == 201, response.text
+    api.services.tick()
+    code, out, _ = run(["services"], capsys)
+    assert code == 0
+    _assert_fits(out)
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["echo"])
+    assert row[:2] == ["echo", "serving"]
+    view = api.services.view("echo")
+    if view["reason"]:
+        assert view["reason"]["reason"] in out
+    code, out, _ = run(["services", "--json", "--token", TOKENS["research"]], capsys)
+    assert json.loads(out) == []
+
+
+def test_logs_follow_prints_until_the_job_finishes(api, capsys, monkeypatch):
+    job = api.submit("research", "talker")
+    api.control.tick()
+    api.logs[job] = b"step 1\n"
+    polls = []
+
+    def sleep(_: float) -> None:
+        polls.append(len(polls))
+        api.logs[job] += f"step {len(polls) + 1}\n".encode()
+        if len(polls) == 3:
+            api.logs[job] += b"done\n"
+            api.engine.phase[job] = RunStatus(RunPhase.EXITED, exit_code=0)
+            api.control.tick()
+
+    monkeypatch.setattr(cli_live, "_sleep", sleep)
+    code, out, _ = run(["logs", job, "--follow", "--token", TOKENS["research"]], capsys)
+    assert code == 0 and api.control.jobs[job].state is JobState.SUCCEEDED
+    assert out == "step 1\nstep 2\nstep 3\nstep 4\ndone\n"
+    code, out, _ = run(["logs", job, "--token", TOKENS["research"]], capsys)
+    assert out == api.logs[job].decode()
+
+
+# ---- a real terminal of 80 columns -----------------------------------------------------------------------
+
+
+def _on_terminal(argv: list[str], columns: int = WIDTH) -> str:
+    """Run the installed command on a pseudo-terminal of ``columns`` columns; its screen output."""
+    leader, follower = pty.openpty()
+    ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuplane", *argv], stdin=follower, stdout=follower, stderr=follower, env=env
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], 60)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(leader)
+    return re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", b"".join(chunks).decode()).replace("\r", "")
+
+
+def test_demo_on_an_80_column_terminal_keeps_every_reason_code_whole():
+    screen = _on_terminal(["demo"])
+    assert "Scheduling cycle" in screen
+    table = screen.split("Scheduling cycle", 1)[1].split("\nadmitted ", 1)[0]
+    assert max(len(line) for line in table.splitlines()) <= WIDTH
+    codes = [c.value for c in ReasonCode if c.value in table]
+    assert len(codes) >= 5
+    fragments = [w for w in re.findall(r"\b[a-z]+(?:_[a-z]+)+_?\b", table) if w not in codes]
+    assert fragments == []
