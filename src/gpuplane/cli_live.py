@@ -85,48 +85,32 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2))
+def _show(args: argparse.Namespace, console: Console, rows: list[dict[str, Any]], render: Any, none: str) -> int:
+    """Print ``rows`` as the API's JSON with ``--json``, else as ``render``'s table (``none`` when empty)."""
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        console.print(none)
+    else:
+        console.print(render(rows))
+    return 0
 
 
 def cmd_jobs(args: argparse.Namespace, console: Console) -> int:
     """List the jobs this token may see (of one state and team when asked), as a table or as JSON."""
     jobs = _client(args).jobs(args.state, args.team)
-    if args.json:
-        _print_json(jobs)
-        return 0
-    if not jobs:
-        console.print(
-            "no jobs"
-            + (f" in state {args.state}" if args.state else "")
-            + (f" of team {args.team}" if args.team else "")
-        )
-        return 0
-    console.print(jobs_table(jobs))
-    return 0
+    where = (f" in state {args.state}" if args.state else "") + (f" of team {args.team}" if args.team else "")
+    return _show(args, console, jobs, jobs_table, f"no jobs{where}")
 
 
 def cmd_queues(args: argparse.Namespace, console: Console) -> int:
     """Each team queue's quota per GPU flavor, GPUs in use (borrowed above nominal), running and pending jobs."""
-    queues = _client(args).get("/v1/queues")
-    if args.json:
-        _print_json(queues)
-        return 0
-    console.print(queues_table(queues))
-    return 0
+    return _show(args, console, _client(args).get("/v1/queues"), queues_table, "no queues visible to this token")
 
 
 def cmd_services(args: argparse.Namespace, console: Console) -> int:
     """The inference services this token may see: replicas wanted and running, revision, last scaling reason."""
-    services = _client(args).get("/v1/services")
-    if args.json:
-        _print_json(services)
-        return 0
-    if not services:
-        console.print("no services")
-        return 0
-    console.print(services_table(services))
-    return 0
+    return _show(args, console, _client(args).get("/v1/services"), services_table, "no services")
 
 
 def cmd_why(args: argparse.Namespace, console: Console) -> int:
