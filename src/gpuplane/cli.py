@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from gpuplane.cli_args import Parser, names, number
+from gpuplane.cli_events import add_events_command
 from gpuplane.cli_live import add_live_commands
 from gpuplane.cli_tables import exact
 from gpuplane.cli_tables import table as titled_table
@@ -453,7 +454,7 @@ def cmd_report_costs(args: argparse.Namespace, console: Console) -> int:
 DESCRIPTION = """GPU scheduling and autoscaling: one policy file, one scheduler core, a simulator, a live plane.
 
   policy      check, export kubernetes, demo
-  simulate    simulate (training traces), simulate-serving (request traces), report costs
+  simulate    simulate (training traces), simulate-serving (request traces), report costs, events
   scheduler   schedule, explain (one cycle on a snapshot file)
   live plane  serve; submit, jobs, why, logs, cancel, queues, services (clients of its API)
 
@@ -633,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="schedule the bundled example platform and explain its decisions")
     demo.set_defaults(func=cmd_demo)
+    add_events_command(sub)
     add_live_commands(sub)
     return parser
 

@@ -1,0 +1,93 @@
+"""``gpuplane events``: query a scheduling-event stream by team, job, reason, kind and time, print it, or
+write it as Kubernetes Events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from gpuplane.cli_args import number
+from gpuplane.model.events import EventFilter
+
+
+def cmd_events(args: argparse.Namespace, console: Console) -> int:
+    """Print the events the query selects (a table, or JSON lines with --json); --kubernetes also writes
+    them as events.k8s.io/v1 Events."""
+    from gpuplane.report.costs import ReportError
+    from gpuplane.report.events import parse_kind, parse_start, parse_time, read_events, select
+
+    stream = list(read_events(Path(args.source)))
+    start = parse_start(args.start)
+    last = max((s.event.time for s in stream), default=None)
+    query = EventFilter(
+        team=args.team,
+        job=args.job,
+        reason=args.reason,
+        kind=parse_kind(args.kind),
+        since=parse_time(args.since, last, start) if args.since else None,
+        until=parse_time(args.until, last, start) if args.until else None,
+    )
+    chosen = select(stream, query, args.sim_policy)
+    if args.kubernetes:
+        if not args.policy:
+            raise ReportError("--kubernetes needs --policy POLICY.yaml (the teams' namespaces come from it)")
+        _write_kubernetes(args, chosen, start.timestamp() if start else 0.0)
+        console.print(f"{len(chosen):,} Kubernetes Events written to {args.kubernetes}")
+    if args.json:
+        for s in chosen:
+            print(json.dumps({**({"policy": s.policy} if s.policy else {}), **s.event.to_dict()}))
+        return 0
+    if not args.kubernetes:
+        _print_table(console, chosen, args.limit)
+    return 0
+
+
+def _print_table(console: Console, chosen: list[Any], limit: float) -> None:
+    table = Table(title=f"{len(chosen):,} events", title_justify="left")
+    for column in ("time_s", "kind", "reason", "team", "job", "figures"):
+        table.add_column(column, overflow="fold")
+    for s in chosen[-int(limit) :] if limit else chosen:
+        e = s.event
+        figures = ", ".join(f"{k}={v}" for k, v in e.figures.items())
+        table.add_row(f"{e.time:,.0f}", e.kind.value, e.reason, e.team or "", e.job or "", figures)
+    Console(width=max(console.width, 140)).print(table)
+    if limit and len(chosen) > limit:
+        console.print(f"(the last {limit:,} shown; --limit 0 shows all)")
+
+
+def _write_kubernetes(args: argparse.Namespace, chosen: list[Any], origin_s: float) -> None:
+    import yaml
+
+    from gpuplane.export.events import kubernetes_events
+    from gpuplane.export.view import PolicyView
+    from gpuplane.io.policy_file import load_policy
+
+    view = PolicyView(load_policy(args.policy))
+    objects = kubernetes_events(view, (s.event for s in chosen), origin_s)
+    Path(args.kubernetes).write_text(yaml.safe_dump_all(objects, sort_keys=False), encoding="utf-8")
+
+
+def add_events_command(sub: Any) -> None:
+    """Register ``gpuplane events``."""
+    events = sub.add_parser("events", help="query scheduling events by team, job, reason and time")
+    events.add_argument("--from", dest="source", required=True, help="a JSON lines event stream (simulate --events)")
+    events.add_argument("--team", help="this team's events only")
+    events.add_argument("--job", help="this job's events only")
+    events.add_argument("--reason", help="a reason code, e.g. insufficient_capacity, preempted_to_reclaim_quota")
+    events.add_argument("--kind", help="admit, preempt, wait, finish, scale_up or scale_down")
+    events.add_argument("--since", help="seconds on the stream's clock, an ISO 8601 time, or 90m/2h/1d before the end")
+    events.add_argument("--until", help="as --since; events before this time")
+    events.add_argument("--sim-policy", help="the simulated policy's events only (a stream of several policies)")
+    events.add_argument("--start", help="the simulated trace's wall-clock start (ISO 8601), for times and Events")
+    events.add_argument(
+        "--limit", type=number(0, whole=True), default=200, help="table rows to show, the latest (0: all)"
+    )
+    events.add_argument("--json", action="store_true", help="print the selected events as JSON lines")
+    events.add_argument("--kubernetes", metavar="FILE", help="write the selected events as Kubernetes Events (YAML)")
+    events.add_argument("--policy", help="the policy file (with --kubernetes: teams' namespaces)")
+    events.set_defaults(func=cmd_events)
