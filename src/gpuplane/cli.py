@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -285,11 +286,21 @@ def _serving_policies() -> tuple[str, ...]:
     return POLICIES
 
 
+def _serving_model(policy: PolicySpec, args: argparse.Namespace) -> Any:
+    """The replica model: the service's model profile from the policy, with the flags given over it."""
+    from gpuplane.sim.serving import select_service
+    from gpuplane.sim.serving_model import ServingModel
+
+    base = ServingModel.of(select_service(policy, args.service).model)
+    flags = {"prefill_tokens_per_s": args.prefill_tokens_per_s, "decode_step_s": args.decode_step_s}
+    flags["max_batch"] = args.max_batch
+    return dataclasses.replace(base, **{k: v for k, v in flags.items() if v is not None})
+
+
 def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     """Replay a request trace against one inference service under several replica-scaling policies."""
     from gpuplane.sim.durations import format_duration
     from gpuplane.sim.serving import compare_serving
-    from gpuplane.sim.serving_model import ServingModel
     from gpuplane.sim.serving_trace import read_serving_trace
 
     policy = load_policy(args.policy)
@@ -299,9 +310,7 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     gaps = trace.gap_windows
     if gaps and args.gaps == "interpolate":
         trace = trace.fill_gaps()
-    model = ServingModel(
-        prefill_tokens_per_s=args.prefill_tokens_per_s, decode_step_s=args.decode_step_s, max_batch=args.max_batch
-    )
+    model = _serving_model(policy, args)
     console.print(
         f"trace {args.trace}: {format_duration(trace.duration_s)}"
         + (f", {trace.skipped} rows skipped" if trace.skipped else "")
@@ -564,7 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--compare",
         type=names(_serving_policies, also=lambda name: name.startswith("hpa@")),
         default=("gpuplane", "hpa", "static", "oracle"),
-        help="policies: gpuplane, hpa, static, oracle, hpa@TARGET (HPA at TARGET req/s per replica); default all four",
+        help="policies: gpuplane, hpa, static, oracle, hpa@TARGET (HPA at TARGET req/s per replica, or hpa@70%% "
+        "of a replica's full-batch rate); default all four",
     )
     serving.add_argument("--replica-startup-s", type=float, help="override the service's replica_startup_s")
     serving.add_argument("--days", type=float, help="only the first N days of the trace")
@@ -576,9 +586,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="ServeGen windows with no request between busy ones: holes in the record, interpolated (default), "
         "or replayed as no traffic",
     )
-    serving.add_argument("--max-batch", type=int, default=32, help="request slots per replica (default 32)")
-    serving.add_argument("--prefill-tokens-per-s", type=float, default=8000.0, help="prefill speed (default 8000)")
-    serving.add_argument("--decode-step-s", type=float, default=0.025, help="seconds per generated token (0.025)")
+    serving.add_argument(
+        "--max-batch",
+        type=number(1, 4096, whole=True),
+        help="concurrent sequences per replica (default: the service's model)",
+    )
+    serving.add_argument(
+        "--prefill-tokens-per-s", type=number(0, above=True), help="prefill speed (default: the service's model)"
+    )
+    serving.add_argument(
+        "--decode-step-s",
+        type=number(0, above=True),
+        help="seconds per generated token (default: the service's model)",
+    )
     serving.add_argument("--json", help="write every figure to this JSON file")
     serving.add_argument("--html", help="write a report with plots to this HTML file")
     serving.set_defaults(func=cmd_simulate_serving)

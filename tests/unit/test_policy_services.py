@@ -72,8 +72,10 @@ def test_autoscaling_bounds_signals_and_windows():
     assert any("panic window 90 s is not shorter than the stable window 60 s" in e for e in errors)
     errors = errors_of(_with_service(autoscaling={"max_replicas": 3, "min_replicas": 0}))
     assert any("min_replicas" in e and "greater than or equal to 1" in e for e in errors)
-    errors = errors_of(_with_service(slo={"latency_ms": 100, "percentile": 97}))
+    errors = errors_of(_with_service(slo={"latency_ms": 100, "percentile": 100}))
     assert any("slo.percentile" in e for e in errors)
+    slo = parse_policy(yaml.safe_dump(_with_service(slo={"latency_ms": 100, "attainment": 0.999}))).services[0].slo
+    assert slo.quantile == 0.999 and slo.label == "p99.9", "the latency signal watches the attainment's own quantile"
 
 
 def test_duplicate_service_names_and_unknown_priority():

@@ -3,6 +3,7 @@ predictive scale-ahead, scale to zero, bounds, and a reason for every decision."
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from gpuplane.autoscale import DailyPattern, ReplicaAutoscaler, ReplicaReasonCode, ServiceSignals
@@ -184,3 +185,71 @@ def test_latency_signal_does_not_run_away_when_the_floor_alone_breaks_the_slo():
     assert decisions[-1].details["slo_unattainable"]["reason"] == "latency_floor_exceeds_slo"
     waiting = drive(ReplicaAutoscaler(only_latency), lambda t: 5.0, 0, 30, 2, latency_s=0.9, latency_floor_s=0.3)
     assert waiting[0].desired == 6, "the queueing part (0.6 s over 0.2 s of room) asks for 3x the replicas"
+
+
+def test_slo_capacity_headroom_shrinks_as_the_fleet_grows_and_is_bounded():
+    from gpuplane.autoscale.capacity import replicas_for_slo
+
+    headroom = []
+    for rate in (10.0, 100.0, 1000.0, 10000.0):
+        n = replicas_for_slo(rate, 5.0, 32, 0.8, 0.001, 10**6)
+        offered = rate * 5.0
+        assert n * 32 > offered
+        headroom.append((n * 32 - offered) / offered)
+    assert headroom == sorted(headroom, reverse=True) and headroom[-1] < 0.05 < headroom[0]
+    assert replicas_for_slo(10**9, 5.0, 32, 0.8, 0.001, 500) == 500, "never past max_replicas"
+    assert replicas_for_slo(0.0, 5.0, 32, 0.8, 0.001, 500) == 0
+
+
+def test_forecast_error_margin_is_the_quantile_of_seen_over_forecast():
+    from gpuplane.autoscale.forecast_error import ForecastError
+
+    error = ForecastError(horizon_s=30, burst=2.0)
+    assert error.margin(0.999) == 1.0
+    for t in range(0, 3000, 15):
+        error.observe(t, rate=110.0 if (t // 15) % 10 == 0 else 100.0, forecast=100.0)
+    assert error.margin(0.5) == 1.0 and abs(error.margin(0.95) - 1.1) < 1e-9
+    for t in range(3000, 3600, 15):
+        error.observe(t, rate=5000.0, forecast=100.0)
+    assert abs(error.margin(0.95) - 1.1) < 1e-9, "a 50x jump is a burst, not forecast error"
+
+
+def slo_service(**autoscaling: Any) -> ServiceSpec:
+    spec = {"max_replicas": 1000, "capacity_from_slo": True, "scale_on_latency": False, **autoscaling}
+    return ServiceSpec(
+        name="svc",
+        team="t",
+        replica_startup_s=120,
+        slo=SloSpec(latency_ms=1000, attainment=0.999),
+        autoscaling=ReplicaAutoscalingSpec(**spec),
+    )
+
+
+def test_capacity_from_slo_needs_no_rps_target_and_keeps_its_count_through_noise():
+    scaler = ReplicaAutoscaler(slo_service(scale_down={"stabilization_s": 300, "tolerance": 0.1}))
+
+    def noisy(t: float) -> float:
+        return 1000.0 * (1 + 0.03 * (((int(t) * 7919) % 1000) / 500 - 1))
+
+    decisions = drive(scaler, noisy, 0, 6 * 3600, 100, mean_service_s=5.0)
+    counts = [d.desired for d in decisions[40:]]
+    assert min(counts) * 32 > 1000 * 5.0 * 0.97 and max(counts) * 32 < 1000 * 5.0 * 1.25
+    changes = sum(1 for a, b in itertools.pairwise(counts) if a != b)
+    assert changes <= 2, f"a load jittering by 3 % keeps its count ({changes} changes in 6 h)"
+    assert "slo_capacity" in decisions[-1].details["signals"]
+
+
+def test_predictive_scale_ahead_follows_a_falling_level():
+    def shape(t: float) -> float:
+        return 2.0 if (t % 86400) >= 36000 else 1.0
+
+    level = {0: 200.0, 1: 100.0}
+    scaler = ReplicaAutoscaler(slo_service(predictive=True), DailyPattern(bin_s=300))
+    drive(scaler, lambda t: level[int(t // 86400)] * shape(t), 0, 86400 + 36000 - 200, 10, 60, mean_service_s=5.0)
+    ahead = scaler.decide(ServiceSignals(now=86400 + 36000 - 110, rps=100, ready=20, mean_service_s=5.0))
+    from gpuplane.autoscale.capacity import replicas_for_slo
+
+    today = replicas_for_slo(200.0, 5.0, 32, 1.0, 0.001, 1000)
+    last_week = replicas_for_slo(400.0, 5.0, 32, 1.0, 0.001, 1000)
+    assert ahead.details["predicted"] is not None
+    assert today <= ahead.details["predicted"] < last_week, "the rise the pattern shows, at today's level"

@@ -134,8 +134,11 @@ def test_unknown_service_or_policy_is_a_clear_error(tmp_path):
         compare_serving(load_policy(SERVING), "nope", trace)
     with pytest.raises(TraceError, match="unknown policies"):
         compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "knative", "hpa@-1"))
-    swept = compare_serving(load_policy(SERVING), None, trace, ("hpa", "hpa@2.5"))
+    with pytest.raises(TraceError, match="unknown policies"):
+        compare_serving(load_policy(SERVING), None, trace, ("hpa@nan%",))
+    swept = compare_serving(load_policy(SERVING), None, trace, ("hpa", "hpa@2.5", "hpa@40%"))
     assert swept.figures["hpa@2.5"]["gpu_hours"] > swept.figures["hpa"]["gpu_hours"], "a lower target, more replicas"
+    assert swept.figures["hpa@40%"]["gpu_hours"] > swept.figures["hpa"]["gpu_hours"], "half the default 80 % load"
 
 
 def test_cli_writes_the_documented_json_keys_and_html(tmp_path, capsys):

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpuplane.autoscale.capacity import replicas_for_slo
+from gpuplane.autoscale.forecast_error import ForecastError
 from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec, ScalingRulesSpec, ServiceSpec
 
 DAY_S = 86400.0
@@ -80,6 +82,12 @@ class ServiceSignals:
     latency_floor_s: float | None = None
     """The part of that latency more replicas cannot remove (the SLO percentile of a request's own service
     time, e.g. its prefill, without waiting); None when the runtime cannot tell it apart."""
+    mean_service_s: float | None = None
+    """Mean seconds a request holds one of a replica's sequence slots (prefill plus decode), measured over
+    the interval; what ``capacity_from_slo`` turns a request rate into Erlangs with."""
+    slots_per_replica: int | None = None
+    """Concurrent sequences one replica holds (its KV cache's limit); None: the model profile's
+    ``max_concurrency``."""
     queue_depth: float = 0.0
     """Requests waiting for a replica at the end of the interval."""
     gpu_utilization: float | None = None
@@ -131,13 +139,21 @@ class DailyPattern:
                 del self._sums[stale]
 
     def forecast(self, t: float) -> float | None:
-        """The expected rate at ``t`` from earlier days, or None without a full day of history."""
+        """The expected rate at ``t`` from earlier days (the higher of its bin and the next, to cover a
+        ramp), or None without a full day of history."""
+        return self._across_days(t, (0, 1))
+
+    def level(self, t: float) -> float | None:
+        """The rate earlier days had in ``t``'s own bin (what ``forecast`` is compared with), or None."""
+        return self._across_days(t, (0,))
+
+    def _across_days(self, t: float, offsets: tuple[int, ...]) -> float | None:
         if self._first is None or t - self._first < DAY_S:
             return None
         key = int(t // self.bin_s)
         days: list[float] = []
         for day in range(1, self.days + 1):
-            seen = [self._sums.get(key - day * self._bins_per_day + offset) for offset in (0, 1)]
+            seen = [self._sums.get(key - day * self._bins_per_day + offset) for offset in offsets]
             means = [total / count for total, count in (x for x in seen if x is not None) if count]
             if means:
                 days.append(max(means))
@@ -168,6 +184,7 @@ class ReplicaAutoscaler:
         self._recommendations: deque[tuple[float, int]] = deque()
         self._events: deque[tuple[float, int, int]] = deque()
         self._panic_until: float | None = None
+        self._forecast_error = ForecastError(service.replica_startup_s, self.spec.panic_threshold)
         self._last_request: float | None = None
         """When the service last had a request (or, before any, when the autoscaler first saw it)."""
 
@@ -199,13 +216,15 @@ class ReplicaAutoscaler:
         if panicking:
             wanted = max(wanted, panic_count or 0, current)
             code = ReplicaReasonCode.PANIC
-        predicted = self._predicted(now)
+        predicted = self._predicted(signals)
         details["predicted"] = predicted
         if predicted is not None and predicted > wanted:
             wanted = predicted
             code = ReplicaReasonCode.PREDICTIVE
         self._recommendations.append((now, wanted))
         stabilized = self._stabilized(now, current, wanted, skip_up_window=panicking)
+        if spec.capacity_from_slo and current * (1 - self._tolerance(0.5) / 2) < stabilized < current:
+            stabilized = current
         if stabilized == current and wanted < current:
             code = ReplicaReasonCode.STABILIZING
         limited = self._rate_limited(now, current, stabilized)
@@ -272,11 +291,18 @@ class ReplicaAutoscaler:
         window = spec.stable_window_s
         counts: dict[str, int] = {}
         rps = self._mean(window, now, "rps")
+        ahead = self._trend_rps(now, rps) if rps is not None else None
         if spec.target_rps_per_replica is not None and rps is not None:
             counts["rps"] = self._total_count(current, rps, spec.target_rps_per_replica)
-            ahead = self._trend_rps(now, rps)
             if ahead is not None:
                 counts["rps_trend"] = self._total_count(current, ahead, spec.target_rps_per_replica)
+        if spec.capacity_from_slo and rps is not None:
+            forecast = max(rps, ahead or 0.0)
+            self._forecast_error.observe(now, rps, forecast)
+            margin = self._forecast_error.margin(self.service.slo.attainment)
+            slo_count = self._slo_count(forecast * margin, signals)
+            if slo_count is not None:
+                counts["slo_capacity"] = self._hysteresis(current, slo_count)
         if spec.target_queue_depth_per_replica is not None:
             queued = self._total_count(current, signals.queue_depth, spec.target_queue_depth_per_replica)
             counts["queue_depth"] = min(queued, current) if signals.starting else queued
@@ -296,6 +322,36 @@ class ReplicaAutoscaler:
             if not counts or latency_count > current:
                 counts["latency"] = latency_count
         return (max(counts.values()) if counts else current), counts
+
+    def _slo_count(self, rate: float, signals: ServiceSignals) -> int | None:
+        """Replicas ``rate`` needs for the SLO (``capacity.replicas_for_slo``), None without a service time."""
+        if not signals.mean_service_s or signals.mean_service_s <= 0:
+            return None
+        slo_s = self.service.slo.latency_ms / 1000
+        room = max(0.0, slo_s - (signals.latency_floor_s or 0.0))
+        slots = signals.slots_per_replica or self.service.model.max_concurrency
+        miss = 1.0 - self.service.slo.attainment
+        return replicas_for_slo(rate, signals.mean_service_s, slots, room, miss, self.spec.max_replicas)
+
+    def _hysteresis(self, current: int, wanted: int) -> int:
+        """Keep the current count while it lies within the band ``[wanted, wanted × (1 + tolerance)]`` (the
+        scale-down tolerance); outside it, move to the band's middle, so a steadily moving load changes the
+        count about once per half a tolerance of change, not every tick."""
+        band = self._tolerance(0.5)
+        if wanted <= current <= max(wanted * (1 + band), wanted + 1):
+            return current
+        return max(wanted, math.floor(wanted * (1 + band / 2)))
+
+    def _count_for_rate(self, rate: float, signals: ServiceSignals) -> int | None:
+        """The replicas a request rate needs by the rate-based signals (requests/s target, SLO capacity)."""
+        counts: list[int] = []
+        if self.spec.target_rps_per_replica is not None:
+            counts.append(math.ceil(rate / self.spec.target_rps_per_replica))
+        if self.spec.capacity_from_slo:
+            slo_count = self._slo_count(rate, signals)
+            if slo_count is not None:
+                counts.append(slo_count)
+        return max(counts) if counts else None
 
     def _unattainable(self, signals: ServiceSignals) -> bool:
         """Whether the latency floor alone breaks the SLO: then no replica count helps, and the latency
@@ -322,18 +378,22 @@ class ReplicaAutoscaler:
         return mean_r + slope * (now - mean_t + self.service.replica_startup_s)
 
     def _panic_count(self, signals: ServiceSignals) -> int | None:
-        target = self.spec.target_rps_per_replica
-        if target is None:
-            return None
         rps = self._mean(self.spec.panic_window_s, signals.now, "rps")
-        return None if rps is None else math.ceil(rps / target)
+        return None if rps is None else self._count_for_rate(rps, signals)
 
-    def _predicted(self, now: float) -> int | None:
-        target = self.spec.target_rps_per_replica
-        if not self.spec.predictive or target is None:
+    def _predicted(self, signals: ServiceSignals) -> int | None:
+        """The count for the rate expected one replica startup ahead: today's rate scaled by the rise the
+        daily pattern shows from now to then (never by the earlier days' level: when today's load is lower
+        than last week's, the forecast follows it down). None when the pattern expects no rise."""
+        if not self.spec.predictive:
             return None
-        expected = self.pattern.forecast(now + self.service.replica_startup_s)
-        return None if expected is None else math.ceil(expected / target)
+        now = signals.now
+        then = self.pattern.forecast(now + self.service.replica_startup_s)
+        base = self.pattern.level(now)
+        rps = self._mean(self.spec.stable_window_s, now, "rps")
+        if then is None or base is None or base <= 0 or rps is None or then <= base:
+            return None
+        return self._count_for_rate(rps * then / base, signals)
 
     def _stabilized(self, now: float, current: int, wanted: int, skip_up_window: bool) -> int:
         up_window = 0.0 if skip_up_window else self.spec.scale_up.stabilization_s

@@ -110,7 +110,7 @@ def alert_rules(view: PolicyView, metrics: ServingMetrics, node_autoscaler: str)
         slo = alerts.inference_slo
         for service in view.policy.services:
             ns = view.namespace(service.team)
-            q = service.slo.percentile / 100
+            q = service.slo.quantile
             latency = (
                 f"histogram_quantile({q:g}, sum by (le) (rate({metrics.latency_bucket}"
                 f'{{namespace="{ns}",service="{service.name}"}}[5m])))'
@@ -121,8 +121,8 @@ def alert_rules(view: PolicyView, metrics: ServingMetrics, node_autoscaler: str)
                     f"{latency} > {service.slo.latency_ms / 1000:g}",
                     slo.for_minutes,
                     slo.severity,
-                    f"{service.name}: p{service.slo.percentile} latency above its SLO",
-                    f"p{service.slo.percentile} latency of {ns}/{service.name} above {service.slo.latency_ms:g} ms.",
+                    f"{service.name}: {service.slo.label} latency above its SLO",
+                    f"{service.slo.label} latency of {ns}/{service.name} above {service.slo.latency_ms:g} ms.",
                 )
             )
     if alerts.node_provisioning is not None:

@@ -75,7 +75,7 @@ def service_signals(view: PolicyView, service: ServiceSpec, metrics: ServingMetr
             )
         )
     if spec.scale_on_latency:
-        quantile = service.slo.percentile / 100
+        quantile = service.slo.quantile
         out.append(
             Signal(
                 "latency",

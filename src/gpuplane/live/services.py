@@ -279,7 +279,7 @@ class ServiceManager:
                     )
                     del self.services[name]
                 continue
-            rps, latency, in_flight = self.gateway.measure(name, spec.slo.percentile)
+            rps, latency, in_flight = self.gateway.measure(name, spec.slo.quantile * 100)
             signals = ServiceSignals(
                 now=now,
                 rps=rps,

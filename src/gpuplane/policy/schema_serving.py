@@ -53,14 +53,35 @@ class ReplicaAutoscalingSpec(_Spec):
     predictive: bool = False
     trend_lookahead: bool = True
     trend_window_s: float = Field(300.0, gt=0)
+    capacity_from_slo: bool = False
     idle_before_zero_s: float = Field(300.0, gt=0)
     metrics_interval_s: float = Field(15.0, gt=0, le=600)
 
 
 class SloSpec(_Spec):
     latency_ms: float = Field(gt=0)
-    percentile: Literal[50, 90, 95, 99] = 99
+    percentile: float | None = Field(None, ge=50, lt=100)
     attainment: float = Field(0.999, gt=0, lt=1)
+
+    @property
+    def quantile(self) -> float:
+        """The latency quantile the objective and the latency signal use: ``percentile`` when given, else the
+        attainment target itself (a 99.9 % target is watched at p99.9, not p99)."""
+        return self.percentile / 100 if self.percentile is not None else self.attainment
+
+    @property
+    def label(self) -> str:
+        """The quantile as people write it: p99, p99.9."""
+        return f"p{self.quantile * 100:g}"
+
+
+class ModelProfileSpec(_Spec):
+    """What one replica of the service's model can do (see docs/autoscaling.md#replica-model)."""
+
+    max_concurrency: int = Field(32, ge=1, le=4096)
+    prefill_tokens_per_s: float = Field(8000.0, gt=0)
+    decode_step_s: float = Field(0.025, gt=0)
+    kv_cache_tokens: int | None = Field(None, ge=1)
 
 
 class CanarySpec(_Spec):
@@ -85,6 +106,7 @@ class ServiceSpec(_Spec):
     priority: Name | None = None
     replica_startup_s: float = Field(120.0, ge=0)
     slo: SloSpec
+    model: ModelProfileSpec = Field(default_factory=ModelProfileSpec)
     autoscaling: ReplicaAutoscalingSpec
     image: str | None = None
     port: int = Field(8000, ge=1, le=65535)

@@ -306,11 +306,11 @@ def _replica_autoscaling(spec: ReplicaAutoscalingSpec, path: tuple[str | int, ..
         spec.target_gpu_utilization,
         spec.min_gpu_memory_headroom,
     )
-    if not spec.scale_on_latency and all(signal is None for signal in signals):
+    if not spec.scale_on_latency and not spec.capacity_from_slo and all(signal is None for signal in signals):
         yield PolicyIssue(
             path,
-            "no scaling signal: scale_on_latency is false and no target is set",
-            "set target_rps_per_replica (or another target), or scale_on_latency: true",
+            "no scaling signal: scale_on_latency and capacity_from_slo are false and no target is set",
+            "set capacity_from_slo: true, target_rps_per_replica (or another target), or scale_on_latency: true",
         )
     if spec.panic_window_s >= spec.stable_window_s:
         yield PolicyIssue(

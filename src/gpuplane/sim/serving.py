@@ -3,8 +3,9 @@
 Policies compared on the same per-second arrivals (same seed):
 - ``gpuplane``: the service's own replica autoscaler from the policy file (all signals, panic mode,
   predictive scale-ahead when the policy asks for it);
-- ``hpa`` (``hpa@TARGET``: at another requests/s target per replica, to compare at equal GPU-hours): the
-  Kubernetes HPA formula with its defaults on the same requests/s target (tolerance 0.1,
+- ``hpa`` (``hpa@TARGET``, ``hpa@70%``: at another requests/s target per replica, or a share of a
+  replica's full-batch rate, to compare at equal GPU-hours): the Kubernetes HPA formula with its defaults
+  on the service's requests/s target, else 80 % of a replica's full-batch rate (tolerance 0.1,
   15 s sync, scale up by the larger of 100 % or 4 pods per 15 s, 300 s scale-down stabilization; no panic
   mode, no latency signal, no prediction), run by the same code with those settings;
 - ``static``: a fixed fleet sized for the trace's peak minute (what the oracle needs at its peak);
@@ -18,6 +19,7 @@ within the SLO), GPU-hours and cost, scaling actions, GPU-hours against the orac
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -43,6 +45,9 @@ from gpuplane.sim.serving_trace import ServingTrace
 from gpuplane.sim.trace import TraceError
 
 POLICIES = ("gpuplane", "hpa", "static", "oracle")
+HPA_DEFAULT_LOAD = 0.8
+"""The plain ``hpa`` run's requests/s target, for a service without one, as a share of what a replica
+completes at full concurrency (HPA users commonly target 70-80 % utilization)."""
 MINUTE = 60
 
 
@@ -91,6 +96,9 @@ class ServingComparison:
             },
             "model": {
                 "max_batch": self.model.max_batch,
+                "max_concurrency": self.service.model.max_concurrency,
+                "kv_cache_tokens": self.model.kv_cache_tokens,
+                "mean_kv_tokens": self.profile.mean_kv_tokens,
                 "prefill_tokens_per_s": self.model.prefill_tokens_per_s,
                 "decode_step_s": self.model.decode_step_s,
                 "mean_slot_s": self.profile.mean_occupancy_s,
@@ -119,16 +127,21 @@ def _per_minute(values: np.ndarray) -> np.ndarray:
     return sums
 
 
-def _hpa_target(name: str) -> float | None:
-    """The target of an ``hpa@TARGET`` policy name (None for any other name)."""
+def _hpa_target(name: str, capacity_rps: float) -> float | None:
+    """The requests/s target of an ``hpa@TARGET`` policy name: ``hpa@4.4`` is 4.4 requests/s per replica,
+    ``hpa@80%`` 80 % of what a replica completes at full concurrency (``capacity_rps``), so one sweep fits
+    every model and category. None for any other name."""
     kind, sep, raw = name.partition("@")
     if kind != "hpa" or not sep:
         return None
+    share = raw.endswith("%")
     try:
-        value = float(raw)
+        value = float(raw.removesuffix("%"))
     except ValueError:
         return None
-    return value if value > 0 else None
+    if not math.isfinite(value) or value <= 0:
+        return None
+    return value / 100 * capacity_rps if share else value
 
 
 def hpa_equivalent(service: ServiceSpec, target_rps: float | None = None) -> ServiceSpec:
@@ -147,6 +160,7 @@ def hpa_equivalent(service: ServiceSpec, target_rps: float | None = None) -> Ser
             "panic_threshold": 1e9,
             "predictive": False,
             "trend_lookahead": False,
+            "capacity_from_slo": False,
             "stable_window_s": 60.0,
             "metrics_interval_s": 15.0,
         }
@@ -243,7 +257,7 @@ def _simulate_autoscaled(
     expected = offered.tolist()
     arrivals = counts.tolist()
     batch = model.max_batch
-    q = service.slo.percentile / 100
+    q = service.slo.quantile
     floor_s = prefill_quantile(profile, q)
     backlog = 0.0
     actions = 0
@@ -273,6 +287,8 @@ def _simulate_autoscaled(
                 starting=len(fleet.starting),
                 latency_s=worst if worst > 0 else None,
                 latency_floor_s=floor_s,
+                mean_service_s=profile.mean_occupancy_s,
+                slots_per_replica=batch,
                 queue_depth=backlog / profile.mean_occupancy_s,
                 gpu_utilization=min(1.0, offered_sum / capacity) if capacity > 0 else None,
             )
@@ -317,6 +333,18 @@ def _price_per_gpu_hour(policy: PolicySpec, service: ServiceSpec) -> float:
     return min(p.price_per_node_hour / p.gpus_per_node for p in pools) if pools else 0.0
 
 
+def select_service(policy: PolicySpec, service_name: str | None) -> ServiceSpec:
+    """The policy's service called ``service_name`` (its first when None); TraceError names the choices."""
+    if not policy.services:
+        raise TraceError("the policy declares no services. Fix: add a services: entry (docs/policy.md#services)")
+    names = [s.name for s in policy.services]
+    if service_name is None:
+        return policy.services[0]
+    if service_name in names:
+        return policy.services[names.index(service_name)]
+    raise TraceError(f"--service '{service_name}': the policy has no such service. Fix: use one of {names}")
+
+
 def compare_serving(
     policy: PolicySpec,
     service_name: str | None,
@@ -328,24 +356,17 @@ def compare_serving(
     on_progress: Callable[[str, int], None] | None = None,
 ) -> ServingComparison:
     """Run ``policies`` on one service of ``policy`` under ``trace``; TraceError for unknown names."""
-    if not policy.services:
-        raise TraceError("the policy declares no services. Fix: add a services: entry (docs/policy.md#services)")
-    names = [s.name for s in policy.services]
-    if service_name is None:
-        service = policy.services[0]
-    elif service_name in names:
-        service = policy.services[names.index(service_name)]
-    else:
-        raise TraceError(f"--service '{service_name}': the policy has no such service. Fix: use one of {names}")
-    unknown = [p for p in policies if p not in POLICIES and _hpa_target(p) is None]
+    service = select_service(policy, service_name)
+    unknown = [p for p in policies if p not in POLICIES and _hpa_target(p, 1.0) is None]
     if unknown:
         raise TraceError(
-            f"--compare: unknown policies {unknown}. Fix: use some of {', '.join(POLICIES)}, or hpa@TARGET for "
-            "the HPA-equivalent at another requests/s target per replica"
+            f"--compare: unknown policies {unknown}. Fix: use some of {', '.join(POLICIES)}, or hpa@TARGET "
+            "(hpa@80%) for the HPA-equivalent at another requests/s target per replica (or share of a "
+            "replica's full-batch rate)"
         )
     if replica_startup_s is not None:
         service = service.model_copy(update={"replica_startup_s": replica_startup_s})
-    model = model or ServingModel()
+    model = model or ServingModel.of(service.model)
     if trace.request_s.size:
         profile = TokenProfile.of(model, trace.context_tokens, trace.generated_tokens)
         per_request = model.occupancy_s(trace.context_tokens, trace.generated_tokens)
@@ -357,6 +378,7 @@ def compare_serving(
         counts = trace.counts(seed)
         noise = np.random.default_rng(seed + 1).standard_normal(counts.size)
         work = np.maximum(0.0, counts * profile.mean_occupancy_s + np.sqrt(counts) * profile.std_occupancy_s * noise)
+    model = dataclasses.replace(model, max_batch=model.slots(profile.mean_kv_tokens))
     offered = _smoothed(work)
     slo = check_slo(profile, service.slo.latency_ms / 1000, service.slo.attainment)
     comparison = ServingComparison(
@@ -373,7 +395,10 @@ def compare_serving(
             peak = np.full(counts.size, int(oracle.max()) if oracle.size else 0)
             run = ServingRun(name, peak, peak, _simulate_fixed(counts, offered, peak, model.max_batch), 0)
         else:
-            scaled = service if name == "gpuplane" else hpa_equivalent(service, _hpa_target(name))
+            capacity = profile.capacity_rps(model.max_batch)
+            target = _hpa_target(name, capacity) or service.autoscaling.target_rps_per_replica
+            target = target or HPA_DEFAULT_LOAD * capacity
+            scaled = service if name == "gpuplane" else hpa_equivalent(service, target)
             run = _simulate_autoscaled(name, scaled, model, profile, counts, work, offered, initial, on_progress)
         run.wall_s = time.perf_counter() - started
         comparison.runs[name] = run

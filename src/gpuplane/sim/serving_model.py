@@ -19,7 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpuplane.policy.schema_serving import ModelProfileSpec
+
 QUANTILES = 64
+BLOCK = 65_536
 
 
 @dataclass(frozen=True)
@@ -29,10 +32,28 @@ class ServingModel:
     prefill_tokens_per_s: float = 8000.0
     decode_step_s: float = 0.025
     max_batch: int = 32
+    kv_cache_tokens: int | None = None
     context_median: float = 1020.0
     context_sigma: float = 0.4986
     generated_median: float = 129.0
     generated_sigma: float = 0.992
+
+    @staticmethod
+    def of(profile: ModelProfileSpec) -> ServingModel:
+        """The replica a service's model profile (policy ``services[].model``) describes."""
+        return ServingModel(
+            prefill_tokens_per_s=profile.prefill_tokens_per_s,
+            decode_step_s=profile.decode_step_s,
+            max_batch=profile.max_concurrency,
+            kv_cache_tokens=profile.kv_cache_tokens,
+        )
+
+    def slots(self, mean_kv_tokens: float) -> int:
+        """Concurrent sequences a replica holds: ``max_batch``, or fewer when the KV cache fills first (a
+        sequence holds its context plus, on average over its life, half its generated tokens)."""
+        if self.kv_cache_tokens is None or mean_kv_tokens <= 0:
+            return self.max_batch
+        return max(1, min(self.max_batch, int(self.kv_cache_tokens // mean_kv_tokens)))
 
     def prefill_s(self, context: np.ndarray) -> np.ndarray:
         """Seconds of prefill for these context lengths."""
@@ -50,6 +71,8 @@ class TokenProfile:
     mean_occupancy_s: float
     std_occupancy_s: float
     prefill_quantiles_s: np.ndarray
+    mean_kv_tokens: float = 0.0
+    """Tokens a sequence holds in the KV cache, averaged over its life (context plus half the output)."""
 
     @staticmethod
     def of(model: ServingModel, context: np.ndarray, generated: np.ndarray) -> TokenProfile:
@@ -57,7 +80,8 @@ class TokenProfile:
         occupancy = model.occupancy_s(context, generated)
         prefill = np.sort(model.prefill_s(context))
         picks = np.quantile(prefill, (np.arange(QUANTILES) + 0.5) / QUANTILES)
-        return TokenProfile(float(occupancy.mean()), float(occupancy.std()), picks)
+        kv = float(np.mean(context + generated / 2)) if context.size else 0.0
+        return TokenProfile(float(occupancy.mean()), float(occupancy.std()), picks, kv)
 
     @staticmethod
     def synthetic(model: ServingModel, seed: int, n: int = 50_000) -> TokenProfile:
@@ -105,8 +129,25 @@ def attainment(
     """Fraction of each second's requests whose time to first token is within ``slo_s``.
 
     ``backlog_wait_s``: wait for the backlog ahead (fluid, first come first served); ``slots``: slots of
-    ready replicas; ``offered``: slot-seconds of work that arrived in the second (Erlangs).
+    ready replicas; ``offered``: slot-seconds of work that arrived in the second (Erlangs). Computed in
+    blocks of ``BLOCK`` seconds, so memory stays bounded on a 14-day trace (one block's seconds x prefill
+    quantiles at a time, not the whole trace's).
     """
+    slots = np.asarray(slots, dtype=float)
+    offered = np.asarray(offered, dtype=float)
+    backlog_wait_s = np.asarray(backlog_wait_s, dtype=float)
+    result = np.empty(offered.size)
+    for start in range(0, offered.size, BLOCK):
+        end = min(offered.size, start + BLOCK)
+        result[start:end] = _attainment_block(
+            profile, slo_s, backlog_wait_s[start:end], slots[start:end], offered[start:end]
+        )
+    return result
+
+
+def _attainment_block(
+    profile: TokenProfile, slo_s: float, backlog_wait_s: np.ndarray, slots: np.ndarray, offered: np.ndarray
+) -> np.ndarray:
     pw = wait_probability(slots, offered)
     with np.errstate(divide="ignore", invalid="ignore"):
         theta = np.where(slots > offered, (slots - offered) / profile.mean_occupancy_s, 0.0)
