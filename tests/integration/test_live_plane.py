@@ -128,6 +128,34 @@ def test_a_job_sees_only_its_own_environment_and_cannot_read_the_plane_files(api
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
 
 
+def live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies excluded)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def test_a_killed_ray_worker_takes_its_whole_attempt_down_before_the_next(api: str, plane: LivePlane) -> None:
+    c = client(api, "research")
+    job = c.post("/v1/jobs", json=train("orphan", 400, 0.05, gpus=1)).json()
+    wait_for(lambda: reached(c, job["id"], "running"), 60, "the job to run")
+    pid_file = plane.engine.log_path(job["id"], 1, 0).with_suffix(".pid")
+    leader = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().split()[0], 30, "the pid file"))
+    worker = int(Path(f"/proc/{leader}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert len(live_members(leader)) >= 2, "the reaper and the training loop"
+    os.kill(worker, 9)
+    wait_for(lambda: (state_of(c, job["id"])["attempts"] or 0) >= 2 or None, 60, "the second attempt")
+    assert live_members(leader) == [], "attempt 1 is gone once attempt 2 is placed"
+    c.delete(f"/v1/jobs/{job['id']}")
+    wait_for(lambda: reached(c, job["id"], "cancelled"), 30, "the job to stop")
+
+
 def test_preempted_gang_checkpoints_and_resumes_from_its_checkpoint(api: str, plane: LivePlane) -> None:
     c = client(api, "research")
     gang = c.post("/v1/jobs", json=train("long-gang", 150, 0.05, pods=2)).json()

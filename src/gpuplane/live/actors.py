@@ -1,7 +1,8 @@
 """Code that runs inside Ray actors on the cluster's nodes: one rank of a job, or one inference replica.
 
-A job rank runs the user's entrypoint as a child process in its own session, so the control plane can
-signal it to checkpoint (SIGTERM) and kill it after the grace period. The entrypoint sees only its job's
+A job rank runs the user's entrypoint as a child process in its own session (under ``reaper.py``, so the
+whole tree dies with the actor), so the control plane can signal it to checkpoint (SIGTERM) and kill it
+after the grace period. The entrypoint sees only its job's
 environment (``sandbox.job_environment``), never the node's, and writes a log only the plane's user can read.
 A replica serves HTTP on the node's address and calls the service's handler (an importable
 ``module:function`` taking and returning JSON).
@@ -10,12 +11,15 @@ A replica serves HTTP on the node's address and calls the service's handler (an 
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import inspect
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,18 +27,34 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from gpuplane.live import reaper
+from gpuplane.live.process_tree import record_group
 from gpuplane.live.sandbox import job_environment, open_private_log, private_dir
 
 
+def pid_path(log_path: Path) -> Path:
+    """Where the process group of the rank logging to ``log_path`` is recorded."""
+    return log_path.with_suffix(".pid")
+
+
 def start_entrypoint(argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    """Start a job's entrypoint in its own session with only ``env`` on top of the safe base, output to ``log_path``."""
+    """Start a job's entrypoint under ``reaper.py`` as a new process group that dies with this process, with only
+    ``env`` on top of the safe base, output to ``log_path``; the group is recorded next to the log.
+
+    FileNotFoundError when the program cannot be found, as if it were started directly (a failed start).
+    """
     if not cwd.exists():
         private_dir(cwd)
+    full_env = job_environment(os.environ, env)
+    program = argv[0]
+    found = (cwd / program).is_file() if os.sep in program else shutil.which(program, path=full_env.get("PATH"))
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, "no such program", program)
     log = open_private_log(log_path)
     try:
-        return subprocess.Popen(
-            argv,
-            env=job_environment(os.environ, env),
+        proc = subprocess.Popen(
+            [sys.executable, "-I", reaper.__file__, str(os.getpid()), "--", *argv],
+            env=full_env,
             cwd=cwd,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -42,6 +62,8 @@ def start_entrypoint(argv: list[str], env: dict[str, str], cwd: Path, log_path: 
         )
     finally:
         os.close(log)
+    record_group(pid_path(log_path), proc.pid)
+    return proc
 
 
 class JobRank:

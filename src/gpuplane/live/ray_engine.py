@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from gpuplane.live.actors import JobRank, ServiceReplica
+from gpuplane.live.actors import JobRank, ServiceReplica, pid_path
+from gpuplane.live.process_tree import kill_group
 from gpuplane.live.ray_cluster import NODE_LABEL, SLOT_RESOURCE, discover_nodes, gpu_resource
 from gpuplane.live.records import JobRecord
 from gpuplane.live.sandbox import private_dir
+
+logger = logging.getLogger("gpuplane.live")
 
 NAMESPACE = "gpuplane"
 CALL_TIMEOUT_S = 10.0
@@ -173,7 +177,8 @@ class RayEngine:
         }
 
     def recover(self, job: JobRecord) -> bool:
-        """Re-attach to ``job``'s actors after a control-plane restart; False when they are gone."""
+        """Re-attach to ``job``'s actors after a control-plane restart; False when they are gone, once what is left
+        of the attempt's process groups on this machine is killed (so a requeued job never runs twice)."""
         import ray
         from ray.util import get_placement_group
 
@@ -184,6 +189,9 @@ class RayEngine:
             pg = get_placement_group(pg_name)
         except ValueError:
             self._cleanup_named(job)
+            for rank in range(len(pods)):
+                if kill_group(pid_path(self.log_path(job.id, job.attempts, rank))):
+                    logger.warning("killed what was left of %s attempt %d rank %d", job.id, job.attempts, rank)
             return False
         run = _Run(job.id, job.attempts, job.service is not None, pg, actors, [])
         run.info = []
