@@ -35,7 +35,8 @@ def job_reason(job: dict[str, Any]) -> str:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    """One row per job: id, name, team, state, GPUs, attempts and the reason code of its last decision."""
+    """One row per job: id, name, team, state, GPUs, attempts, cost of its ended runs and the reason code of
+    its last decision."""
     ids = [job["id"] for job in jobs]
     states = [job["state"] for job in jobs]
     reasons = [job_reason(job) for job in jobs]
@@ -48,6 +49,7 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
             exact("state", states),
             Column("GPUs", justify="right", no_wrap=True),
             Column("tries", justify="right", no_wrap=True),
+            Column("cost", justify="right", no_wrap=True),
             exact("reason", reasons),
         ],
     )
@@ -59,9 +61,18 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
             job["state"],
             _gpus(job["pods"] * job["gpus_per_pod"]),
             str(job["attempts"]),
+            _cost(job.get("usage") or {}),
             reason,
         )
     return out
+
+
+def _cost(usage: dict[str, Any]) -> str:
+    """A job's cost so far, with the part lost to preemption; '-' before its first run has ended."""
+    if "cost" not in usage:
+        return "-"
+    lost = usage.get("lost_cost", 0.0)
+    return f"{usage['cost']:,.2f}" + (f" ({lost:,.2f} lost)" if lost else "")
 
 
 def queues_table(queues: list[dict[str, Any]]) -> Table:

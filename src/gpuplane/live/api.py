@@ -93,6 +93,7 @@ def job_view(job: JobRecord) -> dict[str, Any]:
         "attempts": job.attempts,
         "preemptions": job.preemptions,
         "attained_gpu_s": round(job.attained_gpu_s, 3),
+        "usage": job.usage,
         "last_checkpoint_time": job.last_checkpoint_time,
         "exit_code": job.exit_code,
         "placement": job.placement,

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuplane.accounting import price_book
 from gpuplane.live.convert import gpus_asked, gpus_held, placement_to_dict, pod_gpus, to_node, to_running, to_workload
 from gpuplane.live.feasibility import never_runs
 from gpuplane.live.metrics import Metrics
@@ -27,6 +28,7 @@ from gpuplane.live.ports import Clock, Engine, NodeProvider
 from gpuplane.live.ray_cluster import RayNode
 from gpuplane.live.ray_engine import RunPhase, RunStatus
 from gpuplane.live.records import EventRecord, JobRecord, JobState
+from gpuplane.live.run_costs import charge_run
 from gpuplane.live.store import Store
 from gpuplane.model.cluster import ClusterSnapshot
 from gpuplane.model.decision import Decision, DecisionKind
@@ -85,6 +87,7 @@ class ControlPlane:
         metrics: Metrics | None = None,
     ) -> None:
         self.policy = policy
+        self._prices = price_book(policy)
         self.index = PolicyIndex(policy)
         self.store = store
         self.engine = engine
@@ -439,7 +442,7 @@ class ControlPlane:
         reason: str,
         details: dict[str, Any],
     ) -> None:
-        self._account(job, now)
+        self._account(job, now, lost=False)
         if reason == "cancelled":
             details = {"message": "cancelled on request", **details}
         job.state = state
@@ -450,15 +453,15 @@ class ControlPlane:
         self._workloads.pop(job.id, None)
         self._ckpt_checked.pop(job.id, None)
         self.scale_ups.pop(job.id, None)
-        events.append(self._event("job", job, reason, details))
+        events.append(self._event("job", job, reason, {**details, "usage": dict(job.usage)}))
 
     def _requeue(
         self, job: JobRecord, now: float, events: list[EventRecord], reason: str, details: dict[str, Any]
     ) -> None:
-        self._account(job, now)
+        job.last_checkpoint_time = self.engine.last_checkpoint_time(job.id)
+        self._account(job, now, lost=True)
         if job.state is JobState.PREEMPTING:
             job.preemptions += 1
-        job.last_checkpoint_time = self.engine.last_checkpoint_time(job.id)
         job.queued_time = now
         job.state = JobState.PENDING
         job.placement = None
@@ -488,7 +491,8 @@ class ControlPlane:
         self._requeue(job, now, events, reason, {**details, "failed_starts": job.failed_starts, "retry_in_s": delay})
         job.not_before = now + delay
 
-    def _account(self, job: JobRecord, now: float) -> None:
+    def _account(self, job: JobRecord, now: float, lost: bool) -> None:
+        charge_run(job, now, self._prices, lost)
         if job.start_time is not None and job.placement is not None:
             job.attained_gpu_s += gpus_held(job) * max(0.0, now - job.start_time)
             job.start_time = None

@@ -17,6 +17,8 @@ from gpuplane.policy import PolicySpec
 
 _WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_FINAL_STATE = {"succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled", "start_failed": "failed"}
+"""A job's final event reason -> its final state (a job that never started counts as failed)."""
 _PREEMPT_REASONS = (
     "preempted_for_higher_priority",
     "preempted_to_reclaim_quota",
@@ -72,6 +74,21 @@ class Metrics:
         )
         self.completions = Counter(
             "gpuplane_jobs_finished_total", "Jobs that ended, by final state", ["queue", "state"], registry=r
+        )
+        self.finished_cost = Counter(
+            "gpuplane_jobs_finished_cost_dollars_total",
+            "Cost of the jobs that ended (all their runs at their pools' prices), by final state",
+            ["queue", "state"],
+            registry=r,
+        )
+        self.finished_lost_cost = Counter(
+            "gpuplane_jobs_finished_lost_cost_dollars_total",
+            "Part of that cost spent on work lost to preemptions and lost nodes",
+            ["queue"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "gpuplane_job_failures_total", "Jobs that failed, by failure reason", ["queue", "reason"], registry=r
         )
         self.node_startup = Histogram(
             "gpuplane_node_startup_seconds",
@@ -170,8 +187,15 @@ class Metrics:
             self.preemptions.labels(queue, reason).inc()
         elif reason in ("lost", "node_lost", "lost_on_restart"):
             self.evictions.labels(queue).inc()
-        elif reason in ("succeeded", "failed", "cancelled"):
-            self.completions.labels(queue, reason).inc()
+        elif reason in _FINAL_STATE:
+            state = _FINAL_STATE[reason]
+            self.completions.labels(queue, state).inc()
+            if state == "failed":
+                self.failures.labels(queue, "exit_code" if reason == "failed" else reason).inc()
+            usage = details.get("usage")
+            if isinstance(usage, dict):
+                self.finished_cost.labels(queue, state).inc(max(0.0, float(usage.get("cost", 0.0))))
+                self.finished_lost_cost.labels(queue).inc(max(0.0, float(usage.get("lost_cost", 0.0))))
 
     def render(self) -> bytes:
         """The exposition text of every metric."""

@@ -72,6 +72,8 @@ class JobRecord:
     """Attempts in a row lost before the job ran (reset once it runs)."""
     not_before: float | None = None
     """A job whose start failed waits out its backoff until then."""
+    usage: dict[str, float] = field(default_factory=dict)
+    """GPU-hours and cost of its runs so far, lost work apart (``accounting.Usage.to_dict``; ``run_costs``)."""
 
 
 class ServiceState(StrEnum):
