@@ -139,9 +139,8 @@ def test_admitted_job_starts_on_the_chosen_gpus_and_finishes(tmp_path: Path) -> 
     ]
 
 
-def test_preemption_signals_waits_the_grace_period_then_requeues_with_the_checkpoint(tmp_path: Path) -> None:
-    engine, clock = FakeEngine(), Clock()
-    cp = plane(tmp_path, engine, clock)
+def urgent_preempts_gang(cp: ControlPlane, engine: FakeEngine, clock: Clock) -> None:
+    """A 2-pod gang runs 60 s (checkpoint 5 s ago), then an urgent job preempts it (grace period begins)."""
     cp.submit(job("gang", pods=2))
     cp.tick()
     engine.phase["gang"] = RunStatus(RunPhase.RUNNING)
@@ -150,6 +149,12 @@ def test_preemption_signals_waits_the_grace_period_then_requeues_with_the_checkp
     engine.checkpoints["gang"] = clock.now - 5
     cp.submit(job("urgent", priority="urgent", submit=clock.now))
     cp.tick()
+
+
+def test_preemption_signals_waits_the_grace_period_then_requeues_with_the_checkpoint(tmp_path: Path) -> None:
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock)
+    urgent_preempts_gang(cp, engine, clock)
     gang, urgent = cp.jobs["gang"], cp.jobs["urgent"]
     assert gang.state is JobState.PREEMPTING and engine.signalled == ["gang"]
     assert urgent.state is JobState.ADMITTED and urgent.victims == ["gang"], "placed on the victim's GPUs at once"

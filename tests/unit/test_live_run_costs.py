@@ -16,7 +16,7 @@ from gpuplane.live.metrics import Metrics
 from gpuplane.live.ray_engine import RunPhase, RunStatus
 from gpuplane.live.records import JobState
 from gpuplane.live.store import Store
-from tests.unit.test_live_control import Clock, FakeEngine, job, plane
+from tests.unit.test_live_control import Clock, FakeEngine, job, plane, urgent_preempts_gang
 
 TRAIN_GPU_HOUR = 16.0 / 4
 
@@ -33,14 +33,7 @@ def test_a_preempted_then_finished_job_carries_its_runs_cost_with_the_lost_work_
     engine, clock = FakeEngine(), Clock()
     cp = plane(tmp_path, engine, clock)
     cp.metrics = metrics = Metrics(cp.policy)
-    cp.submit(job("gang", pods=2))
-    cp.tick()
-    engine.phase["gang"] = RunStatus(RunPhase.RUNNING)
-    cp.tick()
-    clock.now += 60
-    engine.checkpoints["gang"] = clock.now - 5
-    cp.submit(job("urgent", priority="urgent", submit=clock.now))
-    cp.tick()
+    urgent_preempts_gang(cp, engine, clock)
     clock.now += 6
     cp.tick()
     gang = cp.jobs["gang"]
