@@ -1,5 +1,5 @@
-"""``gpuplane events``: query a scheduling-event stream by team, job, reason, kind and time, print it, or
-write it as Kubernetes Events."""
+"""``gpuplane events``: query a scheduling-event stream (a simulator's file, or the live plane's events
+through its API) by team, job, reason, kind and time, print it, or write it as Kubernetes Events."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 from rich.table import Table
@@ -21,7 +22,7 @@ def cmd_events(args: argparse.Namespace, console: Console) -> int:
     from gpuplane.report.costs import ReportError
     from gpuplane.report.events import parse_kind, parse_start, parse_time, read_events, select
 
-    stream = list(read_events(Path(args.source)))
+    stream = list(read_events(Path(args.source))) if args.source else _live_stream(args)
     start = parse_start(args.start)
     last = max((s.event.time for s in stream), default=None)
     query = EventFilter(
@@ -45,6 +46,27 @@ def cmd_events(args: argparse.Namespace, console: Console) -> int:
     if not args.kubernetes:
         _print_table(console, chosen, args.limit)
     return 0
+
+
+def _live_stream(args: argparse.Namespace) -> list[Any]:
+    """Every event the live plane's API lets this token see (of one job with --job), as a stream."""
+    from gpuplane.cli_live import _client
+    from gpuplane.live.scheduling_events import scheduling_event
+    from gpuplane.report.events import StreamEvent
+
+    client = _client(args)
+    out: list[StreamEvent] = []
+    after, page = 0, 5000
+    while True:
+        params = f"?after={after}&limit={page}" + (f"&subject={quote(args.job)}" if args.job else "")
+        records = client.get(f"/v1/events{params}")
+        for record in records:
+            event = scheduling_event(record)
+            if event is not None:
+                out.append(StreamEvent(event, None))
+        if len(records) < page:
+            return out
+        after = int(records[-1]["seq"])
 
 
 def _print_table(console: Console, chosen: list[Any], limit: float) -> None:
@@ -75,7 +97,11 @@ def _write_kubernetes(args: argparse.Namespace, chosen: list[Any], origin_s: flo
 def add_events_command(sub: Any) -> None:
     """Register ``gpuplane events``."""
     events = sub.add_parser("events", help="query scheduling events by team, job, reason and time")
-    events.add_argument("--from", dest="source", required=True, help="a JSON lines event stream (simulate --events)")
+    events.add_argument(
+        "--from", dest="source", help="a JSON lines event stream (simulate --events); default: the live plane's API"
+    )
+    events.add_argument("--url", help="control plane URL (default $GPUPLANE_URL or http://127.0.0.1:8080)")
+    events.add_argument("--token", help="API token (default $GPUPLANE_TOKEN)")
     events.add_argument("--team", help="this team's events only")
     events.add_argument("--job", help="this job's events only")
     events.add_argument("--reason", help="a reason code, e.g. insufficient_capacity, preempted_to_reclaim_quota")
