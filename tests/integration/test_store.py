@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from gpuplane.live.lease import LeaseHeld, PlaneLease
 from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord
 from gpuplane.live.store import DuplicateJob, Store, StoreError, redacted
 from tests.integration.databases import KINDS, database_url
@@ -82,3 +84,50 @@ def test_database_errors_name_the_url_without_its_password() -> None:
     assert "hunter2" not in redacted(url)
     with pytest.raises(StoreError, match="sqlite:///PATH"):
         Store.open("nosuchdb://x")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_second_plane_on_the_same_database_is_refused(kind: str, tmp_path: Path) -> None:
+    url = database_url(kind, tmp_path)
+    clock = Clock()
+    first = PlaneLease(Store.open(url), clock, host="node-a")
+    assert first.acquire() is None
+    second = PlaneLease(Store.open(url), clock, host="node-b")
+    with pytest.raises(LeaseHeld, match=r"host node-a, pid \d+, lease valid for 30 s more\). Fix: stop that plane"):
+        second.acquire()
+    clock.now += 25
+    assert first.renew(), "renewed before it expires"
+    clock.now += 25
+    with pytest.raises(LeaseHeld):
+        second.acquire()
+    first.release()
+    assert second.acquire() is None, "a cleanly stopped plane frees the database at once"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dead_plane_is_taken_over_and_cannot_act_again(kind: str, tmp_path: Path) -> None:
+    url = database_url(kind, tmp_path)
+    clock = Clock()
+    old = PlaneLease(Store.open(url), clock, host="node-a")
+    old.acquire()
+    clock.now += 31
+    new = PlaneLease(Store.open(url), clock, host="node-b")
+    assert "took over" in (new.acquire() or "")
+    clock.now += 10
+    assert not old.renew(), "the old plane learns it lost the database"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    here = PlaneLease(Store.open(url), clock, host="node-b")
+    here.pid = dead.pid
+    new.release()
+    here.acquire()
+    restarted = PlaneLease(Store.open(url), clock, host="node-b")
+    assert "took over" in (restarted.acquire() or ""), "a plane that died on this host is replaced at once"

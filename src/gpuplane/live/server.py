@@ -13,6 +13,7 @@ from pathlib import Path
 from gpuplane.live.api import create_app
 from gpuplane.live.auth import TokenTable, resolve_tokens, token_variables
 from gpuplane.live.control import ControlPlane
+from gpuplane.live.lease import LeaseHeld, PlaneLease
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.node_scaling import LiveNodeScaler
 from gpuplane.live.ports import NodeProvider
@@ -49,7 +50,8 @@ def new_job_id() -> str:
 class LivePlane:
     """Everything ``gpuplane serve`` runs: Ray connection, store, engine, control loop, services, API.
 
-    The token variables the policy names are read once and removed from the process environment, so no
+    It holds the store's lease (``live/lease.py``): a second plane on the same database is refused. The token
+    variables the policy names are read once and removed from the process environment, so no
     process the plane starts (Ray's head and nodes, their workers, the jobs) inherits them.
     """
 
@@ -67,6 +69,14 @@ class LivePlane:
             os.environ.pop(name, None)
         url = options.database_url or f"sqlite:///{options.data_dir / 'gpuplane.db'}"
         self.store = Store.open(url)
+        self.lease = PlaneLease(self.store, time.time)
+        try:
+            took_over = self.lease.acquire()
+        except LeaseHeld:
+            self.store.close()
+            raise
+        if took_over:
+            log.warning("%s", took_over)
         self.cluster: LocalRayCluster | None = None
         provider: NodeProvider
         if options.ray_address:
@@ -107,6 +117,9 @@ class LivePlane:
         last_nodes = 0.0
         while not self._stop.is_set():
             try:
+                if not self.lease.renew():
+                    log.error("another control plane has taken the database: this one stops acting on the cluster")
+                    return
                 self.control.tick()
                 self.services.tick()
                 if self.node_scaler is not None and time.monotonic() - last_nodes >= self.options.node_tick_s:
@@ -136,6 +149,7 @@ class LivePlane:
         ray.shutdown()
         if self.cluster is not None and shutdown_cluster:
             self.cluster.shutdown()
+        self.lease.release()
         self.store.close()
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, Table, create_engine, event, insert, or_, select, update
+from sqlalchemy import Connection, Engine, Table, create_engine, delete, event, insert, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 
@@ -46,6 +46,10 @@ _STATUS_FIELDS = tuple(
     for f in dataclasses.fields(JobRecord)
     if f.name not in (*_SPEC_FIELDS, "id", "team", "submit_time", "idempotency_key", "state")
 )
+
+
+LEASE = "plane"
+"""The lease row's key: one control plane writes a database at a time."""
 
 
 class StoreError(RuntimeError):
@@ -186,6 +190,49 @@ class Store:
         with self._tx() as conn:
             rows = conn.execute(select(tables.nodes)).mappings().all()
         return [NodeRecord(**dict(row["record"])) for row in rows]
+
+    def lease(self) -> dict[str, Any] | None:
+        """The plane lease's row (holder, host, pid, expires), or None when no plane holds the database."""
+        with self._tx() as conn:
+            row = conn.execute(select(tables.plane_lease).where(tables.plane_lease.c.name == LEASE)).mappings().first()
+        return None if row is None else dict(row)
+
+    def claim_lease(self, holder: str, host: str, pid: int, expires: float, replacing: str | None) -> bool:
+        """Take the lease if nobody holds it (``replacing`` None) or if ``replacing`` still does (compare and
+        swap, so two planes racing for a free or stale lease cannot both win). Returns whether it was taken."""
+        values = {"holder": holder, "host": host, "pid": pid, "expires": expires}
+        try:
+            with self._tx() as conn:
+                if replacing is None:
+                    conn.execute(insert(tables.plane_lease).values(name=LEASE, **values))
+                    return True
+                done = conn.execute(
+                    update(tables.plane_lease)
+                    .where(tables.plane_lease.c.name == LEASE, tables.plane_lease.c.holder == replacing)
+                    .values(**values)
+                )
+                return bool(done.rowcount == 1)
+        except IntegrityError:
+            return False
+
+    def renew_lease(self, holder: str, expires: float) -> bool:
+        """Extend ``holder``'s lease; False when another plane holds it now."""
+        with self._tx() as conn:
+            done = conn.execute(
+                update(tables.plane_lease)
+                .where(tables.plane_lease.c.name == LEASE, tables.plane_lease.c.holder == holder)
+                .values(expires=expires)
+            )
+        return bool(done.rowcount == 1)
+
+    def release_lease(self, holder: str) -> None:
+        """Give up ``holder``'s lease (nothing happens if another plane holds it)."""
+        with self._tx() as conn:
+            conn.execute(
+                delete(tables.plane_lease).where(
+                    tables.plane_lease.c.name == LEASE, tables.plane_lease.c.holder == holder
+                )
+            )
 
     def add_events(self, events: list[EventRecord]) -> None:
         """Append events."""

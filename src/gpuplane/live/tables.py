@@ -50,3 +50,13 @@ events = Table(
     Column("details", JSON, nullable=False),
     Column("message", Text, nullable=True),
 )
+
+plane_lease = Table(
+    "plane_lease",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("holder", String(64), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("expires", Float, nullable=False),
+)
