@@ -40,8 +40,9 @@ def ray_address() -> Iterator[str]:
         proc.wait(timeout=60)
 
 
-def serve(address: str, data: Path, db: str, port: int) -> subprocess.Popen[bytes]:
+def serve(address: str | None, data: Path, db: str, port: int) -> subprocess.Popen[bytes]:
     log = open(data / f"serve-{port}.log", "ab")  # noqa: SIM115 - the process owns it
+    cluster = ["--ray-address", address] if address else []
     return subprocess.Popen(
         [
             sys.executable,
@@ -50,8 +51,7 @@ def serve(address: str, data: Path, db: str, port: int) -> subprocess.Popen[byte
             "serve",
             "--policy",
             str(POLICY),
-            "--ray-address",
-            address,
+            *cluster,
             "--data-dir",
             str(data),
             "--database-url",
@@ -132,3 +132,39 @@ def test_killed_control_plane_loses_nothing_and_reattaches_to_running_work(
             second.wait(timeout=30)
         except subprocess.TimeoutExpired:
             second.kill()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies excluded)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
+def test_sigterm_stops_the_plane_with_its_embedded_cluster_and_jobs(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    plane = serve(None, tmp_path, f"sqlite:///{tmp_path / 'gpuplane.db'}", port)
+    try:
+        wait_for(lambda: up(url), 90, "the control plane to answer")
+        c = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS['research']}"}, timeout=30)
+        job = c.post(
+            "/v1/jobs", json={"name": "long", "entrypoint": [sys.executable, str(TRAIN_LOOP), "600", "0.1", "5"]}
+        ).json()
+        wait_for(lambda: c.get(f"/v1/jobs/{job['id']}").json()["state"] == "running", 60, "the job to run")
+        pid_file = tmp_path / "jobs" / job["id"] / "attempt-1" / "rank-0.pid"
+        leader = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().split()[0], 30, "the pid file"))
+        assert group_members(leader)
+        plane.send_signal(signal.SIGTERM)
+        assert plane.wait(timeout=60) == 0, "a clean exit"
+        assert group_members(leader) == [], "no job process outlives the plane"
+        assert "received SIGTERM: shutting down" in (tmp_path / f"serve-{port}.log").read_text()
+    finally:
+        if plane.poll() is None:
+            plane.kill()

@@ -213,8 +213,21 @@ class LocalRayCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
 
-    def shutdown(self) -> None:
-        """Stop every node of the cluster."""
-        for name in self.node_names:
-            self.remove_node(name)
+    def shutdown(self, timeout_s: float = 20.0) -> None:
+        """Stop every node of the cluster at once (SIGTERM, SIGKILL after ``timeout_s``), then the head."""
+        with self._lock:
+            procs = list(self._nodes.values())
+            self._nodes.clear()
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
         self._cluster.shutdown()  # type: ignore[no-untyped-call]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 import uuid
@@ -140,10 +141,17 @@ class LivePlane:
             self._loop = None
 
     def stop(self, shutdown_cluster: bool = True) -> None:
-        """Stop the loop; with the embedded cluster, stop its nodes too (what ran there is lost)."""
+        """Stop the loop; with the embedded cluster, kill its jobs' process groups and stop its nodes too (what ran
+        there is requeued at the next start). Jobs on an attached cluster keep running for the next plane."""
         import ray
 
         self.stop_loop()
+        if self.cluster is not None and shutdown_cluster:
+            for job_id in self.engine.running_ids:
+                try:
+                    self.engine.stop(job_id)
+                except Exception:
+                    log.exception("stopping %s at shutdown failed", job_id)
         if self.node_scaler is not None:
             self.node_scaler.close()
         ray.shutdown()
@@ -154,19 +162,33 @@ class LivePlane:
 
 
 def run(policy: PolicySpec, options: ServeOptions, host: str, port: int) -> None:
-    """Run the control plane and serve the API until interrupted.
+    """Run the control plane and serve the API until SIGTERM or SIGINT, then shut down cleanly.
 
-    Everything the plane and the processes it starts create is private to its OS user (umask 077).
+    The plane installs its own handlers (after Ray's, which would exit the process from inside the HTTP
+    server): the signal stops the API server, the control loop, the jobs of the embedded cluster and its nodes,
+    and releases the database. Everything the plane and the processes it starts create is private to its OS
+    user (umask 077).
     """
-    import uvicorn
-
     os.umask(0o077)
     plane = LivePlane(policy, options)
-    plane.start()
+    stopping = threading.Event()
+
+    def _on_signal(signum: int, _frame: object) -> None:
+        log.warning("received %s: shutting down", signal.Signals(signum).name)
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        uvicorn.run(plane.app, host=host, port=port, log_level="warning")
+        plane.start()
+        with BackgroundServer(plane.app, host, port) as server:
+            while not stopping.wait(0.5):
+                if not server.alive:
+                    log.error("the API server stopped; shutting down")
+                    break
     finally:
         plane.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -197,6 +219,11 @@ class BackgroundServer:
                 raise RuntimeError(f"the API server did not start on {self.url}")
             time.sleep(0.02)
         return self
+
+    @property
+    def alive(self) -> bool:
+        """Whether the server thread still runs."""
+        return self._thread.is_alive()
 
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
