@@ -237,6 +237,7 @@ def test_capacity_from_slo_needs_no_rps_target_and_keeps_its_count_through_noise
     changes = sum(1 for a, b in itertools.pairwise(counts) if a != b)
     assert changes <= 2, f"a load jittering by 3 % keeps its count ({changes} changes in 6 h)"
     assert "slo_capacity" in decisions[-1].details["signals"]
+    assert 1.0 <= decisions[-1].details["forecast_margin"] < 1.1, "the forecast's error at p99.9, for the record"
 
 
 def test_predictive_scale_ahead_follows_a_falling_level():
@@ -253,3 +254,22 @@ def test_predictive_scale_ahead_follows_a_falling_level():
     last_week = replicas_for_slo(400.0, 5.0, 32, 1.0, 0.001, 1000)
     assert ahead.details["predicted"] is not None
     assert today <= ahead.details["predicted"] < last_week, "the rise the pattern shows, at today's level"
+
+
+def test_forecast_spread_buys_headroom_for_its_mean_miss_not_its_worst_case():
+    from gpuplane.autoscale.capacity import replicas_for_slo
+
+    spread = [(f, 1.0) for f in [0.9, 0.95, 1.0, 1.0, 1.05, 1.1, 1.2, 1.3] + [1.0] * 200]
+    counts = {
+        rate: [
+            replicas_for_slo(r, 5.4, 32, 0.4, 0.001, 10_000, s)
+            for r, s in ((rate, [(1.0, 1.0)]), (rate, spread), (rate * 1.3, [(1.0, 1.0)]))
+        ]
+        for rate in (15.0, 20.0, 1000.0)
+    }
+    assert counts[15.0][1] < counts[15.0][2] and counts[20.0][1] < counts[20.0][2], "a rare 1.3x is not sized for"
+    assert counts[1000.0][0] < counts[1000.0][1], "a fleet near full load needs room for the forecast's error"
+    sure = replicas_for_slo(10.0, 5.4, 32, 0.4, 0.001, 100)
+    assert replicas_for_slo(10.0, 5.4, 32, 0.4, 0.001, 100, [(0.0, 1.0), (-1.0, 1.0)]) == sure, (
+        "no usable factor: as if sure"
+    )

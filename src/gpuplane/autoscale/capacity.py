@@ -7,7 +7,7 @@ replica removes, e.g. its prefill) before it misses. With ``a = rate × mean_ser
 wait beyond ``t`` decays as ``exp(-(c - a) t / mean_service_s)``. The fewest replicas whose slots keep the
 share of requests that wait past ``room_s`` within ``miss_share`` is square-root staffing: the headroom
 ``c - a`` grows like ``sqrt(a)``, so a big fleet runs near full and a small one keeps a wide margin, without
-a per-trace target.
+a per-trace target. The forecast's own error enters as a spread of rates the load may turn out to be.
 
 Pure math, no numpy: the autoscaler runs it once per tick.
 """
@@ -15,6 +15,7 @@ Pure math, no numpy: the autoscaler runs it once per tick.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 
 def wait_probability(slots: float, offered: float) -> float:
@@ -47,17 +48,30 @@ def replicas_for_slo(
     room_s: float,
     miss_share: float,
     max_replicas: int,
+    spread: Sequence[tuple[float, float]] = ((1.0, 1.0),),
 ) -> int:
     """The fewest replicas (at most ``max_replicas``) whose slots keep the share of requests waiting past
-    ``room_s`` within ``miss_share`` at ``rate`` requests/s (0 without load). Binary search: bounded."""
+    ``room_s`` within ``miss_share`` at ``rate`` requests/s (0 without load). ``spread``: (factor, weight)
+    pairs, how likely the actual rate is each factor of ``rate`` (the forecast's own error); the miss share
+    is their request-weighted mean, so an unsure forecast buys headroom in proportion to how often and how
+    far it was wrong, not for its worst case. Binary search: bounded."""
     offered = rate * mean_service_s
     if offered <= 0:
         return 0
-    lo = min(max_replicas, int(offered // slots_per_replica) + 1)
+    points = [(f, w) for f, w in spread if f > 0 and w > 0] or [(1.0, 1.0)]
+    factors = [f for f, _ in points]
+    weight = sum(f * w for f, w in points)
+
+    def miss(replicas: int) -> float:
+        slots = replicas * slots_per_replica
+        total = sum(f * w * miss_probability(slots, offered * f, mean_service_s, room_s) for f, w in points)
+        return total / weight
+
+    lo = min(max_replicas, int(offered * min(factors) // slots_per_replica) + 1)
     hi = max_replicas
     while lo < hi:
         mid = (lo + hi) // 2
-        if miss_probability(mid * slots_per_replica, offered, mean_service_s, room_s) <= miss_share:
+        if miss(mid) <= miss_share:
             hi = mid
         else:
             lo = mid + 1

@@ -2,10 +2,10 @@
 
 A replica ordered now serves one ``replica_startup_s`` later, so the count the autoscaler orders is for the
 rate it forecasts at that time. Each tick the forecast is remembered; one startup later the rate actually
-seen is divided by it. The quantile of those ratios at the SLO's attainment is the factor by which the rate
-has outrun the forecast that often: provisioning for ``forecast × margin`` covers the forecast's own error
-as measured on this service's traffic (bursty small services learn a wide margin, big smooth fleets a
-narrow one), not a per-trace target. A rate that outruns its forecast by the panic threshold or more is a
+seen is divided by it. Those ratios are the forecast's error as measured on this service's traffic
+(bursty small services learn a wide spread, big smooth fleets a narrow one): ``spread`` hands their
+distribution to the capacity search, which sizes for the mean miss over it, and ``margin`` is one of its
+quantiles, for the record. A rate that outruns its forecast by the panic threshold or more is a
 burst no margin should be sized for (a day at twice the fleet to cover one jump): it is left to the panic
 mode and kept out of the quantile.
 """
@@ -13,6 +13,7 @@ mode and kept out of the quantile.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 
 
@@ -42,6 +43,20 @@ class ForecastError:
         if len(self._order) > self.keep:
             old = self._order.popleft()
             del self._sorted[bisect.bisect_left(self._sorted, old)]
+
+    def spread(self) -> list[tuple[float, float]]:
+        """The seen/forecast ratios as (factor, weight) points: 24 equal bins for the body, then bins that
+        halve towards the top (the last 1/4096 at the largest ratio seen), so the tail a 99.9 % target
+        turns on is kept at its own resolution. [(1.0, 1.0)] before any forecast came due."""
+        if not self._sorted:
+            return [(1.0, 1.0)]
+        n = len(self._sorted)
+        edges = [i / 24 for i in range(24)] + [1 - 2.0**-k for k in range(5, 13)] + [1.0]
+        points = []
+        for low, high in itertools.pairwise(edges):
+            at = min(n - 1, int((high if high == 1.0 else (low + high) / 2) * n))
+            points.append((self._sorted[at], high - low))
+        return points
 
     def margin(self, quantile: float) -> float:
         """The factor (at least 1) the rate exceeded its forecast by at ``quantile`` of past forecasts."""

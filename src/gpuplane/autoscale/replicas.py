@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -218,6 +219,8 @@ class ReplicaAutoscaler:
             code = ReplicaReasonCode.PANIC
         predicted = self._predicted(signals)
         details["predicted"] = predicted
+        if spec.capacity_from_slo:
+            details["forecast_margin"] = self._forecast_error.margin(self.service.slo.attainment)
         if predicted is not None and predicted > wanted:
             wanted = predicted
             code = ReplicaReasonCode.PREDICTIVE
@@ -299,8 +302,7 @@ class ReplicaAutoscaler:
         if spec.capacity_from_slo and rps is not None:
             forecast = max(rps, ahead or 0.0)
             self._forecast_error.observe(now, rps, forecast)
-            margin = self._forecast_error.margin(self.service.slo.attainment)
-            slo_count = self._slo_count(forecast * margin, signals)
+            slo_count = self._slo_count(forecast, signals, self._forecast_error.spread())
             if slo_count is not None:
                 counts["slo_capacity"] = self._hysteresis(current, slo_count)
         if spec.target_queue_depth_per_replica is not None:
@@ -323,7 +325,9 @@ class ReplicaAutoscaler:
                 counts["latency"] = latency_count
         return (max(counts.values()) if counts else current), counts
 
-    def _slo_count(self, rate: float, signals: ServiceSignals) -> int | None:
+    def _slo_count(
+        self, rate: float, signals: ServiceSignals, spread: Sequence[tuple[float, float]] = ((1.0, 1.0),)
+    ) -> int | None:
         """Replicas ``rate`` needs for the SLO (``capacity.replicas_for_slo``), None without a service time."""
         if not signals.mean_service_s or signals.mean_service_s <= 0:
             return None
@@ -331,7 +335,7 @@ class ReplicaAutoscaler:
         room = max(0.0, slo_s - (signals.latency_floor_s or 0.0))
         slots = signals.slots_per_replica or self.service.model.max_concurrency
         miss = 1.0 - self.service.slo.attainment
-        return replicas_for_slo(rate, signals.mean_service_s, slots, room, miss, self.spec.max_replicas)
+        return replicas_for_slo(rate, signals.mean_service_s, slots, room, miss, self.spec.max_replicas, spread)
 
     def _hysteresis(self, current: int, wanted: int) -> int:
         """Keep the current count while it lies within the band ``[wanted, wanted × (1 + tolerance)]`` (the
