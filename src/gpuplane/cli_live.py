@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -75,9 +76,10 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
         "pods": args.pods,
         "gpus_per_pod": args.gpus,
     }
-    for key in ("team", "priority", "idempotency_key", "working_dir"):
+    for key in ("team", "priority", "idempotency_key"):
         if getattr(args, key):
             spec[key] = getattr(args, key)
+    spec["working_dir"] = os.path.abspath(args.working_dir or os.getcwd())
     if args.checkpoint_interval_s:
         spec["checkpoint_interval_s"] = args.checkpoint_interval_s
     job = _client(args).submit(spec)
@@ -200,7 +202,9 @@ def add_live_commands(sub: Any) -> None:
     )
     submit.add_argument("--idempotency-key", help="resending with the same key returns the first job, never a second")
     submit.add_argument(
-        "--working-dir", help="directory the job runs in, on the plane's machine (default: the job's own directory)"
+        "--working-dir",
+        help="directory the job runs in, on the cluster's machines (default: the current directory, so "
+        "'-- python train.py' finds train.py)",
     )
     submit.add_argument("entrypoint", nargs=argparse.REMAINDER, help="the command, after --")
     submit.set_defaults(func=cmd_submit)

@@ -281,3 +281,10 @@ def test_demo_on_an_80_column_terminal_keeps_every_reason_code_whole():
     assert len(codes) >= 5
     fragments = [w for w in re.findall(r"\b[a-z]+(?:_[a-z]+)+_?\b", table) if w not in codes]
     assert fragments == []
+
+
+def test_submit_runs_the_job_in_the_current_directory(monkeypatch, capsys, api, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(["submit", "--token", TOKENS["research"], "--", "python", "train.py"], capsys)
+    assert code == 0, err
+    assert api.control.jobs[out.split()[0]].working_dir == str(tmp_path)

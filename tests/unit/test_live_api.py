@@ -115,3 +115,20 @@ def test_metrics_need_the_admin_or_the_metrics_token(tmp_path: Path) -> None:
     scraper = {"Authorization": "Bearer metrics-secret-token-0"}
     assert "gpuplane_pool_gpus" in client.get("/metrics", headers=scraper).text
     assert client.get("/v1/jobs", headers=scraper).status_code == 403, "the metrics token reads /metrics only"
+
+
+def test_a_working_dir_must_be_absolute_and_outside_the_plane_data(tmp_path: Path) -> None:
+    policy = load_policy(str(POLICY))
+    data = tmp_path / "data"
+    (data / "jobs" / "j0" / "work").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(data / "jobs")
+    control = ControlPlane(
+        policy, Store.open(f"sqlite:///{tmp_path / 'db'}"), FakeEngine(), FakeNodes(), Clock(), lambda: "j1"
+    )
+    metrics = Metrics(policy)
+    table = TokenTable({ADMIN: "admin-secret-token-0", "research": "research-secret-token-0"})
+    client = TestClient(create_app(control, table, metrics, ServiceManager(control, metrics), data))
+    for bad in (str(data / "jobs" / "j0" / "work"), str(tmp_path / "link" / "j0"), str(data), "work"):
+        answer = client.post("/v1/jobs", json=job(working_dir=bad), headers=TEAM)
+        assert answer.status_code == 422 and answer.json()["detail"]["field"] == "working_dir", (bad, answer.text)
+    assert client.post("/v1/jobs", json=job(working_dir=str(tmp_path)), headers=TEAM).status_code == 201

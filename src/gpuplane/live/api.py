@@ -7,7 +7,9 @@ nothing is created by a request that is refused.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
@@ -159,7 +161,34 @@ def shallow(value: Any, field: str) -> None:
         raise HTTPException(422, {"field": field, "problem": f"nested more than {MAX_JSON_DEPTH} levels"})
 
 
-def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, services: ServiceManager) -> FastAPI:
+def check_working_dir(path: str, private_root: Path | None) -> None:
+    """Refuse (422) a working directory that is relative or inside the plane's private data directory, where
+    other teams' job directories, logs, checkpoints and the database live."""
+    if not os.path.isabs(path):
+        raise HTTPException(
+            422, {"field": "working_dir", "problem": f"'{path}' is relative. Fix: give an absolute directory"}
+        )
+    if private_root is not None:
+        root = os.path.realpath(private_root)
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) == root:
+            raise HTTPException(
+                422,
+                {
+                    "field": "working_dir",
+                    "problem": "inside the control plane's data directory (other jobs' files and the database). "
+                    "Fix: run the job in a directory of your own",
+                },
+            )
+
+
+def create_app(
+    control: ControlPlane,
+    tokens: TokenTable,
+    metrics: Metrics,
+    services: ServiceManager,
+    private_root: Path | None = None,
+) -> FastAPI:
     """The API over one control plane."""
     app = FastAPI(title="gpuplane", version="0.1.0", description="GPU scheduling and autoscaling control plane")
     app.state.tokens = tokens
@@ -202,6 +231,8 @@ def create_app(control: ControlPlane, tokens: TokenTable, metrics: Metrics, serv
     @app.post("/v1/jobs", status_code=201)
     def submit(req: JobRequest, who: Who) -> JSONResponse:
         team = team_of(req.team, who)
+        if req.working_dir is not None:
+            check_working_dir(req.working_dir, private_root)
         now = control.clock()
         job = JobRecord(
             id=control.new_id(),

@@ -107,7 +107,7 @@ class LivePlane:
         self.recovered = recovered
         self._stop = threading.Event()
         self._loop: threading.Thread | None = None
-        self.app = create_app(self.control, self.tokens, self.metrics, self.services)
+        self.app = create_app(self.control, self.tokens, self.metrics, self.services, options.data_dir)
 
     def start(self) -> None:
         """Start the control loop thread."""
