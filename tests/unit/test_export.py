@@ -351,3 +351,19 @@ def test_cli_writes_the_manifests_and_notes(tmp_path, capsys):
     bad.write_text(platform(teams__3__name="platform.sre"))
     assert main(["export", "kubernetes", str(bad), "-o", str(out)]) == 2
     assert "not a valid Kubernetes namespace" in capsys.readouterr().err
+
+
+def test_inference_replicas_spread_over_nodes_and_scale_on_gpu_memory_headroom():
+    text = platform(services__1__autoscaling__min_gpu_memory_headroom=0.2)
+    bundle = export_kubernetes(parse_policy(text))
+    for deployment in bundle.of_kind("Deployment"):
+        if deployment["metadata"]["name"] not in {"search-ranker", "chat-assistant"}:
+            continue
+        (spread,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
+        assert spread["whenUnsatisfiable"] == "ScheduleAnyway", "as gpuplane: spread when it can, else share"
+        assert spread["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    (chat,) = kind_of(bundle, "ScaledObject", "chat-assistant")
+    (memory,) = [t for t in chat["spec"]["triggers"] if t["name"] == "gpu-memory"]
+    assert "DCGM_FI_DEV_FB_USED" in memory["metadata"]["query"] and memory["metadata"]["threshold"] == "0.8"
+    promql_parser.parse(memory["metadata"]["query"])

@@ -4,7 +4,8 @@ The replica autoscaler decides how many replicas a service should run; the sched
 replica is a one-pod inference workload of the service's team, asking for the service's whole GPUs or its
 MIG slice. The inference class keeps replicas on pools that take inference (never on training or batch
 pools), and a MIG profile sends them only to pools sliced into it, so every placement rule, quota and
-reason of the scheduler applies to serving too.
+reason of the scheduler applies to serving too. The replicas of one service form a spread group: each goes
+to a node holding none of its siblings when one fits, so a node lost takes as few replicas as it can.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def replica_workloads(service: ServiceSpec, first_index: int, count: int, now: f
             pods,
             now,
             priority=service.priority,
+            spread_group=service.name,
         )
         for offset in range(count)
     ]

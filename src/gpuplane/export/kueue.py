@@ -13,7 +13,7 @@ from gpuplane.export.kueue_admission import provisioning_checks
 from gpuplane.export.kueue_preemption import Outcome, cluster_queue_preemption, preemption_warnings
 from gpuplane.export.kueue_quota import API, cap_flavor, needs_gpu_cap, resource_groups
 from gpuplane.export.model import ExportBundle, Obj
-from gpuplane.export.view import FLAVOR_LABEL, PolicyView, metadata, pool_taints
+from gpuplane.export.view import FLAVOR_LABEL, HOSTNAME_LABEL, PolicyView, metadata, pool_taints
 from gpuplane.policy.schema import TeamSpec
 
 FILE = "kueue.yaml"
@@ -93,7 +93,7 @@ def _topologies(view: PolicyView, bundle: ExportBundle) -> dict[str, Obj]:
             "apiVersion": API,
             "kind": "Topology",
             "metadata": metadata(name),
-            "spec": {"levels": [{"nodeLabel": pool.topology.domain_label}, {"nodeLabel": "kubernetes.io/hostname"}]},
+            "spec": {"levels": [{"nodeLabel": pool.topology.domain_label}, {"nodeLabel": HOSTNAME_LABEL}]},
         }
         bundle.warn(
             f"pools[{pool.name}].topology",

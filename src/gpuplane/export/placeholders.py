@@ -9,7 +9,7 @@ its taints, at a negative priority that preempts nothing and is preempted by eve
 from __future__ import annotations
 
 from gpuplane.export.model import ExportBundle, Obj
-from gpuplane.export.view import POOL_LABEL, PolicyView, metadata, tolerations_for
+from gpuplane.export.view import HOSTNAME_LABEL, POOL_LABEL, PolicyView, metadata, tolerations_for
 
 FILE = "karpenter-min-nodes.yaml"
 NAMESPACE = "gpuplane-capacity"
@@ -45,7 +45,7 @@ def emit_placeholders(view: PolicyView, bundle: ExportBundle) -> None:
             "affinity": {
                 "podAntiAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": [
-                        {"labelSelector": {"matchLabels": app}, "topologyKey": "kubernetes.io/hostname"}
+                        {"labelSelector": {"matchLabels": app}, "topologyKey": HOSTNAME_LABEL}
                     ]
                 }
             },

@@ -18,6 +18,7 @@ FLAVOR_LABEL = "gpuplane.io/flavor"
 TEAM_LABEL = "gpuplane.io/team"
 CLASS_LABEL = "gpuplane.io/workload-class"
 RESERVED_TAINT = "gpuplane.io/reserved-for"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 CLASSES = ("training", "batch", "inference")
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"

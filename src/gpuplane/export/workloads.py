@@ -12,6 +12,7 @@ from gpuplane.export.view import (
     CLASS_LABEL,
     FLAVOR_LABEL,
     GPU,
+    HOSTNAME_LABEL,
     POOL_LABEL,
     PRIORITY_LABEL,
     QUEUE_NAME_LABEL,
@@ -200,6 +201,14 @@ def _service_objects(view: PolicyView, team: TeamSpec, service: ServiceSpec, poo
             }
         ],
         "priorityClassName": tier,
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": HOSTNAME_LABEL,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": app},
+            }
+        ],
     }
     _place_on(pod_spec, pools)
     deployment = {

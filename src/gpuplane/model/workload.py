@@ -90,6 +90,9 @@ class Workload:
     reserved_before: bool = False
     """It held a backfill reservation in an earlier cycle (reported by the runtime); with
     ``backfill.keep_reservations`` it keeps the front of its tier until it starts."""
+    spread_group: str | None = None
+    """Workloads of one group (a service's replicas) go to nodes that hold none of the group when such a
+    node fits, so losing one node loses as few of them as possible; else they share a node."""
 
 
 @dataclass(frozen=True, slots=True)

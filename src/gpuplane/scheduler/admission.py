@@ -113,7 +113,7 @@ class Admitter:
         if cached is not None and shape.required >= cached[0]:
             return cached[1], None
         if not outlasts:
-            result = place(st.cap, pool, shape)
+            result = place(st.cap, pool, shape, st.spread_counts(r.workload.spread_group))
         else:
             assert reservation is not None
             result = self._place_around(reservation, pool, shape)

@@ -47,12 +47,13 @@ class PoolCapacity:
                 total += nodes * (free // gpus_per_pod)
         return total
 
-    def best_fit(self, gpus_per_pod: int, domain: str | None = None) -> int | None:
-        """The node with the fewest free GPUs that still fits the pod (lowest index on ties)."""
+    def best_fit(self, gpus_per_pod: int, domain: str | None = None, avoid: frozenset[int] = frozenset()) -> int | None:
+        """The node with the fewest free GPUs that still fits the pod (lowest index on ties), not in ``avoid``."""
         buckets = self.buckets if domain is None else self.domain_buckets[domain]
         for free in range(gpus_per_pod, self.gpus_per_node + 1):
-            if buckets[free]:
-                return buckets[free][0]
+            for node in buckets[free]:
+                if node not in avoid:
+                    return node
         return None
 
     def free_gpus(self) -> int:

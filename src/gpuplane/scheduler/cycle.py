@@ -312,6 +312,7 @@ class _Cycle:
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
                 aged=r.promote_at <= st.now,
+                spread_group=r.workload.spread_group,
             )
         )
         details: dict[str, Any] = {

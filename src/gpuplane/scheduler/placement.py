@@ -6,7 +6,7 @@ so a caller sees either a full placement or an unchanged index.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,13 +40,32 @@ class Shape:
     gpu_milli: int | None = None
 
 
-def place(cap: CapacityIndex, pool_name: str, shape: Shape) -> PlaceResult:
-    """Place ``shape`` on ``pool_name`` now, choosing the fewest domains and the fullest nodes that fit."""
+def place(cap: CapacityIndex, pool_name: str, shape: Shape, siblings: Mapping[int, int] | None = None) -> PlaceResult:
+    """Place ``shape`` on ``pool_name`` now, choosing the fewest domains and the fullest nodes that fit.
+
+    ``siblings`` counts the pods of the shape's spread group on each node (a service's replicas): a
+    one-pod shape goes to the fitting node with the fewest of them (the fullest such node), so replicas
+    spread over nodes before they share one and a lost node takes as few as it can.
+    """
     pool = cap.pools[pool_name]
+    if siblings and shape.count == 1:
+        for level in sorted({0, *siblings.values()})[:-1]:
+            spread = _place(cap, pool, shape, frozenset(n for n, c in siblings.items() if c > level))
+            if spread.pods is not None:
+                return spread
+    return _place(cap, pool, shape, frozenset())
+
+
+def _place(cap: CapacityIndex, pool: PoolCapacity, shape: Shape, avoid: frozenset[int]) -> PlaceResult:
     if shape.mig_profile is not None:
-        return _place_mig(cap, pool, shape)
+        return _place_mig(cap, pool, shape, avoid)
     if shape.gpu_milli is not None:
-        return _place_shared(cap, pool, shape)
+        return _place_shared(cap, pool, shape, avoid)
+    if avoid:
+        node = pool.best_fit(shape.gpus_per_pod, None, avoid)
+        if node is None:
+            return PlaceResult(None, ReasonCode.INSUFFICIENT_CAPACITY, {"pool": pool.name})
+        return PlaceResult([(node, cap.take_whole(node, shape.gpus_per_pod), None)])
     return _place_whole(cap, pool, shape)
 
 
@@ -118,6 +137,7 @@ def _place_parts(
     room: Callable[[int, int], int | None],
     take: Callable[[int, int], None],
     part: Part,
+    avoid: frozenset[int],
 ) -> tuple[list[PodSlot] | None, int]:
     """Pods that each take a part of one GPU (a MIG slice, a share): each on the already-split GPU it fills
     best (least ``room`` left), else on a fresh GPU of the fullest node, so whole GPUs stay free for work
@@ -128,7 +148,7 @@ def _place_parts(
     for _ in range(shape.count):
         best: tuple[int, int, int] | None = None
         for node, gpu in split:
-            if not cap.schedulable[node]:
+            if not cap.schedulable[node] or node in avoid:
                 continue
             left = room(node, gpu)
             if left is not None and (best is None or (left, node, gpu) < best):
@@ -136,7 +156,7 @@ def _place_parts(
         if best is not None:
             node, gpu = best[1], best[2]
         else:
-            fresh = pool.best_fit(1)
+            fresh = pool.best_fit(1, None, avoid)
             if fresh is None:
                 break
             node, gpu = fresh, cap.free[fresh][0]
@@ -148,7 +168,7 @@ def _place_parts(
     return slots, len(slots)
 
 
-def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
+def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape, avoid: frozenset[int]) -> PlaceResult:
     profile = shape.mig_profile
     assert profile is not None and pool.geometry is not None
     spec = pool.geometry.profiles[profile]
@@ -160,6 +180,7 @@ def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceRes
         lambda node, gpu: cap.mig_room(node, gpu, spec.compute_slices, spec.memory_slices),
         lambda node, gpu: cap.take_mig(node, gpu, profile),
         profile,
+        avoid,
     )
     if slots is None:
         return PlaceResult(
@@ -170,7 +191,7 @@ def _place_mig(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceRes
     return PlaceResult(slots)
 
 
-def _place_shared(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> PlaceResult:
+def _place_shared(cap: CapacityIndex, pool: PoolCapacity, shape: Shape, avoid: frozenset[int]) -> PlaceResult:
     milli = shape.gpu_milli
     assert milli is not None
     slots, fitted = _place_parts(
@@ -181,6 +202,7 @@ def _place_shared(cap: CapacityIndex, pool: PoolCapacity, shape: Shape) -> Place
         lambda node, gpu: cap.share_room(node, gpu, milli),
         lambda node, gpu: cap.take_share(node, gpu, milli),
         milli,
+        avoid,
     )
     if slots is None:
         return PlaceResult(

@@ -40,6 +40,7 @@ class RunEntry:
     aged: bool = False
     """Started after the starvation guard promoted it: never taken by other promoted work, and protected
     when the policy's ``starvation_guard_protects_runs`` says so."""
+    spread_group: str | None = None
 
     def level(self, now: float, thresholds_gpu_s: tuple[float, ...], protected: bool = False) -> int:
         """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far (0 for a
@@ -256,7 +257,19 @@ class CycleState:
             checkpoint_interval=run.workload.checkpoint_interval_s,
             attained_gpu_s=run.workload.attained_gpu_s,
             aged=aged,
+            spread_group=run.workload.spread_group,
         )
+
+    def spread_counts(self, group: str | None) -> dict[int, int]:
+        """How many pods of spread group ``group`` each node holds (empty for work without a group)."""
+        counts: dict[int, int] = {}
+        if group is None:
+            return counts
+        for entry in self.running.values():
+            if entry.spread_group == group:
+                for slot in entry.slots:
+                    counts[slot[0]] = counts.get(slot[0], 0) + 1
+        return counts
 
     def evict(self, entry: RunEntry) -> None:
         """Remove a preempted entry for good (its GPUs and quota were already released)."""
