@@ -1,4 +1,5 @@
-"""Trace readers: Philly (Pollux's CSV), Alibaba openb 2023, Gavel's per-VC Philly traces, gpuplane's own.
+"""Trace readers: Philly (Pollux's CSV), Alibaba openb 2023, Gavel's per-VC Philly traces, Helios Venus (derived,
+``sim.helios``), gpuplane's own.
 
 Each reader maps its columns to ``TraceJob`` (documented in docs/simulate.md), tolerates real-world
 mess (unsorted rows, zero durations, missing fields) by counting what it skips, and raises
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuplane.model.outcome import SUCCEEDED, FailureReason, Outcome, RunEnd, recorded_end
+from gpuplane.sim.helios import read_helios_venus
 from gpuplane.sim.trace import Trace, TraceError, TraceJob, TraceReport, finish
 from gpuplane.sim.trace_input import (
     MAX_GPUS,
@@ -264,6 +266,7 @@ READERS: dict[str, Callable[[Path], Trace]] = {
     "philly-pollux": read_philly_pollux,
     "alibaba-openb": read_alibaba_openb,
     "gavel": read_gavel,
+    "helios-venus": read_helios_venus,
     "gpuplane": read_gpuplane,
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import matplotlib
@@ -52,20 +52,35 @@ def _timeline(comparison: Comparison, field: str, ylabel: str) -> str:
 
 
 def _jct_cdf(comparison: Comparison) -> str:
+    return jct_cdf_png(
+        {
+            name: [r.end - r.job.submit_s for r in result.records if r.end is not None]
+            for name, result in comparison.results.items()
+        }
+    )
+
+
+def jct_cdf_png(jct_s: Mapping[str, Sequence[float]], title: str | None = None) -> str:
+    """A CDF of job completion times per policy (log scale), as a base64 PNG. ``jct_s`` may be every job's
+    JCT or evenly spaced quantiles of them."""
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, result in comparison.results.items():
-        jct = np.sort([r.end - r.job.submit_s for r in result.records if r.end is not None])
+    for name, values in jct_s.items():
+        jct = np.sort(np.asarray(values, dtype=float))
         if len(jct):
             ax.plot(np.maximum(jct, 1), np.arange(1, len(jct) + 1) / len(jct), label=name, linewidth=1.2)
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (s, log)")
     ax.set_ylabel("fraction of jobs")
+    if title:
+        ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     return _png(fig)
 
 
-def _per_team(summaries: dict[str, dict[str, Any]], figure: Callable[[dict[str, Any]], float], ylabel: str) -> str:
-    """One bar per policy for each team: ``figure`` of the team's summary."""
+def per_team_png(
+    summaries: Mapping[str, dict[str, Any]], figure: Callable[[dict[str, Any]], float], ylabel: str
+) -> str:
+    """One bar per policy for each team: ``figure`` of the team's summary, as a base64 PNG."""
     teams = sorted({t for s in summaries.values() for t in s["per_team"]})
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(teams) + 2), 3.6))
     width = 0.8 / max(1, len(summaries))
@@ -142,11 +157,11 @@ def render_html(comparison: Comparison) -> str:
         ("Job completion time, CDF", _jct_cdf(comparison)),
         (
             "p99 queueing delay per team",
-            _per_team(comparison.summaries, lambda team: team["p99_queue_s"] / 3600, "p99 queueing delay (h)"),
+            per_team_png(comparison.summaries, lambda team: team["p99_queue_s"] / 3600, "p99 queueing delay (h)"),
         ),
         (
             "Quota guarantees: GPU-hours each team waited for within its nominal quota",
-            _per_team(comparison.summaries, lambda team: team["quota_owed_gpu_hours"], "GPU-hours owed"),
+            per_team_png(comparison.summaries, lambda team: team["quota_owed_gpu_hours"], "GPU-hours owed"),
         ),
         ("Where the waiting went: job-hours per wait reason", _wait_reasons(comparison.summaries)),
         (

@@ -105,18 +105,31 @@ def _estimator(kind: str) -> Estimator | None:
     raise ValueError(f"unknown estimates '{kind}'; known: {', '.join(ESTIMATES)}")
 
 
-def _simulate(
-    name: str, cluster: Cluster, trace: Trace, options: Options, on_progress: Callable[[int], None] | None
-) -> tuple[SimResult, float]:
-    """One policy on the comparison's cluster: its result and the wall time it took (its events, when asked,
-    go to ``events_part(options.events_path, name)``)."""
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One simulation to run: a policy variant on a sized cluster and a trace. ``key`` names it in progress
+    reports, results and event files (the policy's name in a comparison; a case and a policy in a benchmark)."""
+
+    key: str
+    policy: str
+    cluster: Cluster
+    trace: Trace
+    options: Options
+
+
+def simulate(task: Task, on_progress: Callable[[int], None] | None = None) -> tuple[SimResult, float]:
+    """One task: its result and the wall time it took. ``on_progress`` is told of every completed job; its
+    events, when asked, go to ``events_part(options.events_path, task.key)``."""
+    options, cluster = task.options, task.cluster
     sink = (
-        None if options.events_path is None else JsonLinesSink(events_part(options.events_path, name), {"policy": name})
+        None
+        if options.events_path is None
+        else JsonLinesSink(events_part(options.events_path, task.key), {"policy": task.policy})
     )
     simulation = Simulation(
-        make_variant(name, cluster.policy),
+        make_variant(task.policy, cluster.policy),
         cluster.nodes,
-        trace,
+        task.trace,
         cycle_s=options.cycle_s,
         checkpoint_interval_s=options.checkpoint_interval_s,
         estimator=_estimator(options.estimates),
@@ -154,22 +167,55 @@ def _join_events(path: Path, names: list[str]) -> None:
 _PROGRESS_BATCH = 500
 
 
-def _simulate_in_worker(
-    name: str, cluster: Cluster, trace: Trace, options: Options, updates: Queue[tuple[str, int]]
-) -> tuple[SimResult, float]:
-    """``_simulate`` in a worker process, reporting completed jobs to the parent in batches."""
+def _simulate_in_worker(task: Task, updates: Queue[tuple[str, int]]) -> tuple[SimResult, float]:
+    """``simulate`` in a worker process, reporting completed jobs to the parent in batches."""
     done = 0
 
     def progress(n: int) -> None:
         nonlocal done
         done += n
         if done >= _PROGRESS_BATCH:
-            updates.put((name, done))
+            updates.put((task.key, done))
             done = 0
 
-    result = _simulate(name, cluster, trace, options, progress)
-    updates.put((name, done))
+    result = simulate(task, progress)
+    updates.put((task.key, done))
     return result
+
+
+def run_tasks(
+    tasks: list[Task],
+    workers: int,
+    on_start: Callable[[str, int], None] | None = None,
+    on_progress: Callable[[str, int], None] | None = None,
+) -> dict[str, tuple[SimResult, float]]:
+    """Every task, ``workers`` at a time (each in its own process when more than one runs), keyed by
+    ``Task.key``. ``on_start(key, jobs)`` when a task is handed out; ``on_progress(key, n)`` as jobs
+    complete. Each simulation is deterministic, so the results do not depend on ``workers``."""
+    if workers < 1:
+        raise SetupError(f"--workers must be at least 1, got {workers}")
+    if workers == 1 or len(tasks) < 2:
+        outcomes = {}
+        for task in tasks:
+            if on_start is not None:
+                on_start(task.key, len(task.trace.jobs))
+            report = None if on_progress is None else (lambda n, key=task.key: on_progress(key, n))
+            outcomes[task.key] = simulate(task, report)
+        return outcomes
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with context.Manager() as manager:
+        updates: Queue[tuple[str, int]] = manager.Queue()
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+            futures = {task.key: pool.submit(_simulate_in_worker, task, updates) for task in tasks}
+            if on_start is not None:
+                for task in tasks:
+                    on_start(task.key, len(task.trace.jobs))
+            pending = set(futures.values())
+            while pending:
+                _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                _relay(updates, on_progress)
+            _relay(updates, on_progress)
+            return {key: future.result() for key, future in futures.items()}
 
 
 def compare(
@@ -193,15 +239,8 @@ def compare(
     names = list(dict.fromkeys(options.policies))
     for name in names:
         make_variant(name, cluster.policy)  # an unknown name fails before any simulation runs
-    if options.workers > 1 and len(names) > 1:
-        outcomes = _compare_in_processes(names, cluster, trace, options, on_start, on_progress)
-    else:
-        outcomes = {}
-        for name in names:
-            if on_start is not None:
-                on_start(name, len(trace.jobs))
-            report = None if on_progress is None else (lambda n, name=name: on_progress(name, n))
-            outcomes[name] = _simulate(name, cluster, trace, options, report)
+    tasks = [Task(name, name, cluster, trace, options) for name in names]
+    outcomes = run_tasks(tasks, options.workers, on_start, on_progress)
     if options.events_path is not None:
         _join_events(options.events_path, names)
     for name in names:
@@ -210,31 +249,6 @@ def compare(
         comparison.results[name] = result
         comparison.summaries[name] = summarize(result)
     return comparison
-
-
-def _compare_in_processes(
-    names: list[str],
-    cluster: Cluster,
-    trace: Trace,
-    options: Options,
-    on_start: Callable[[str, int], None] | None,
-    on_progress: Callable[[str, int], None] | None,
-) -> dict[str, tuple[SimResult, float]]:
-    """Every policy in its own process, ``options.workers`` at a time, relaying progress as it comes."""
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with context.Manager() as manager:
-        updates: Queue[tuple[str, int]] = manager.Queue()
-        with ProcessPoolExecutor(max_workers=min(options.workers, len(names)), mp_context=context) as pool:
-            futures = {name: pool.submit(_simulate_in_worker, name, cluster, trace, options, updates) for name in names}
-            if on_start is not None:
-                for name in names:
-                    on_start(name, len(trace.jobs))
-            pending = set(futures.values())
-            while pending:
-                _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                _relay(updates, on_progress)
-            _relay(updates, on_progress)
-            return {name: future.result() for name, future in futures.items()}
 
 
 def _relay(updates: Queue[tuple[str, int]], on_progress: Callable[[str, int], None] | None) -> None:

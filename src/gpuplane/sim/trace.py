@@ -114,6 +114,18 @@ class Trace:
         report.notes = [*self.report.notes, f"first {count} of {len(self.jobs)} jobs"]
         return Trace(self.jobs[:count], report)
 
+    def window(self, start_s: float, end_s: float) -> Trace:
+        """The jobs submitted in [``start_s``, ``end_s``) (seconds from the first submission), times shifted
+        so the window's first submission is at 0: a month of a longer trace, replayed on its own. Its report
+        counts the window's jobs as its rows (what the reader skipped stays in the whole trace's report)."""
+        jobs = [j for j in self.jobs if start_s <= j.submit_s < end_s]
+        days = f"{start_s / 86400:g}-{end_s / 86400:g} days in"
+        if not jobs:
+            raise TraceError(f"{self.report.path}: no jobs submitted {days}")
+        report = TraceReport(self.report.source, self.report.path, len(jobs))
+        report.notes = [*self.report.notes, f"{len(jobs)} of {len(self.jobs)} jobs, submitted {days}"]
+        return finish(jobs, report)
+
 
 def finish(jobs: list[TraceJob], report: TraceReport) -> Trace:
     """Sort by submission (then id) and shift times so the first submission is at 0."""
