@@ -31,6 +31,7 @@ import argparse
 import fnmatch
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from functools import cache
@@ -62,7 +63,8 @@ from gpuplane.sim.targets import (
 from gpuplane.sim.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = Path(os.environ.get("GPUPLANE_TRACES", ROOT.parent / "shared" / "traces"))
+"""The shared traces (``GPUPLANE_TRACES`` when set, as for the integration tests)."""
 EXAMPLES = ROOT / "src" / "gpuplane" / "examples"
 POLICY = EXAMPLES / "philly.yaml"
 BASELINES = ("fifo", "fifo-quota", "tiresias", "sjf")
@@ -296,7 +298,8 @@ def size_cases(cases: list[Case], runner: Runner) -> None:
 
 def _next_task(case: Case) -> Task | None:
     """The FIFO run the search tries next, or None when the case is sized. A size that rounds to a cluster
-    already tried ends the search between two neighbouring clusters; while stepping it steps on."""
+    already tried is replaced by the middle of the bracket (clusters of several pools round each pool to
+    whole nodes, so sizes jump); when that is tried too the search ends; while stepping it steps on."""
     first = max(1, round(case.trace.gpu_seconds / (max(case.trace.span_s, 1.0) * START_LOAD)))
     proposal = next_size(case.fifo_queue_s, case.target_s, first)
     for _ in range(MAX_TRIES):
@@ -305,11 +308,13 @@ def _next_task(case: Case) -> Task | None:
         task = _task(case, "fifo", proposal)
         if task.cluster.gpus not in case.fifo_queue_s:
             return task
-        bracketed = any(q > case.target_s for q in case.fifo_queue_s.values()) and any(
-            q <= case.target_s for q in case.fifo_queue_s.values()
-        )
-        if bracketed:
-            return None
+        over = [g for g, q in case.fifo_queue_s.items() if q > case.target_s]
+        under = [g for g, q in case.fifo_queue_s.items() if q <= case.target_s]
+        if over and under:
+            middle = size_cluster(case.policy, case.trace, (max(over) + min(under)) // 2).gpus
+            if middle in case.fifo_queue_s:
+                return None
+            return _task(case, "fifo", middle)
         proposal = int(proposal * STEP) + 1 if proposal > task.cluster.gpus else max(1, int(proposal / STEP))
     return None
 
@@ -410,7 +415,7 @@ def print_table(console: Console, figures: dict[str, dict[str, Any]]) -> None:
             f"{f['wall_s']['gpuplane']:.0f}",
             "[green]PASS[/green]" if f["pass"] else "[red]FAIL[/red]",
         )
-    Console(width=max(console.width, 150)).print(table)
+    Console(width=max(console.width, 170)).print(table)
     for name, f in figures.items():
         if f["teams_above_fifo_quota"]:
             worst = ", ".join(

@@ -44,7 +44,7 @@ def trace_digest(trace: Trace) -> str:
                 (j.id, j.team, j.submit_s, j.duration_s, j.gpus, j.gpu_milli, j.gpu_types, j.klass, j.priority)
             ).encode()
         )
-        digest.update(repr(j.checkpoint_interval_s).encode())
+        digest.update(repr((j.checkpoint_interval_s, j.end)).encode())
     return digest.hexdigest()[:16]
 
 

@@ -166,7 +166,7 @@ def render_html(comparison: Comparison) -> str:
         ("Where the waiting went: job-hours per wait reason", _wait_reasons(comparison.summaries)),
         (
             "Cost per team (GPU-hours held at the pool's price, lost work included)",
-            _per_team(comparison.summaries, lambda team: team["cost"]["cost"], "cost"),
+            per_team_png(comparison.summaries, lambda team: team["cost"]["cost"], "cost"),
         ),
     ]
     figures = "".join(f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in images)
