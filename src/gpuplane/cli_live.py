@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gpuplane.cli_args import number
 from gpuplane.cli_tables import jobs_table, queues_table, services_table
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.records import JobState
@@ -43,6 +44,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         database_url=args.database_url,
         tick_s=args.tick_s,
         generate_tokens=not args.no_generate_tokens,
+        event_retention_days=args.event_retention_days,
     )
     console.print(
         f"gpuplane control plane on http://{args.host}:{args.port} (API docs at /docs), data in {args.data_dir}"
@@ -177,6 +179,12 @@ def add_live_commands(sub: Any) -> None:
     serve.add_argument("--tick-s", type=float, default=0.5, help="control loop period (default 0.5 s)")
     serve.add_argument(
         "--no-generate-tokens", action="store_true", help="fail when a token's environment variable is unset"
+    )
+    serve.add_argument(
+        "--event-retention-days",
+        type=number(0, above=True),
+        default=30.0,
+        help="keep events in the store this long; all are in DATA_DIR/events.jsonl (default 30)",
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpuplane.live.api import create_app
 from gpuplane.live.auth import TokenTable, resolve_tokens, token_variables
 from gpuplane.live.control import ControlPlane
+from gpuplane.live.event_log import EventLog
 from gpuplane.live.lease import LeaseHeld, PlaneLease
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.node_scaling import LiveNodeScaler
@@ -41,6 +42,7 @@ class ServeOptions:
     node_tick_s: float = 2.0
     generate_tokens: bool = True
     autoscale_nodes: bool = True
+    event_retention_days: float = 30.0
 
 
 def new_job_id() -> str:
@@ -98,6 +100,9 @@ class LivePlane:
             policy, self.store, self.engine, provider, time.time, new_job_id, time.perf_counter, self.metrics
         )
         self.services = ServiceManager(self.control, self.metrics)
+        self.event_log = EventLog(
+            self.store, options.data_dir / "events.jsonl", options.event_retention_days * 86400.0, time.time
+        )
         self.node_scaler = (
             LiveNodeScaler(self.control, provider, self.metrics, time.time) if provider.can_scale() else None
         )
@@ -115,7 +120,7 @@ class LivePlane:
         self._loop.start()
 
     def _run(self) -> None:
-        last_nodes = 0.0
+        last_nodes = last_events = 0.0
         while not self._stop.is_set():
             try:
                 if not self.lease.renew():
@@ -126,6 +131,9 @@ class LivePlane:
                 if self.node_scaler is not None and time.monotonic() - last_nodes >= self.options.node_tick_s:
                     last_nodes = time.monotonic()
                     self.node_scaler.tick()
+                if time.monotonic() - last_events >= self.options.node_tick_s:
+                    last_events = time.monotonic()
+                    self.event_log.tick()
             except Exception:
                 log.exception("control loop tick failed; retrying")
                 time.sleep(1.0)

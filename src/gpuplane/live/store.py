@@ -265,6 +265,13 @@ class Store:
             for row in rows
         ]
 
+    def prune_events(self, before: float, up_to_seq: int) -> int:
+        """Delete the events older than ``before`` whose sequence number is at most ``up_to_seq`` (those
+        already exported); return how many."""
+        query = delete(tables.events).where(tables.events.c.time < before, tables.events.c.seq <= up_to_seq)
+        with self._tx() as conn:
+            return int(conn.execute(query).rowcount or 0)
+
 
 def _private_sqlite_file(database: str | None) -> None:
     """Create the SQLite file readable by its owner only; SQLite gives its -wal and -shm files the same mode."""
