@@ -48,8 +48,9 @@ from gpuplane.io.policy_file import load_policy
 from gpuplane.policy import PolicySpec, parse_policy
 from gpuplane.sim.cache import ResultCache, code_digest, task_key, trace_digest
 from gpuplane.sim.metrics import summarize
+from gpuplane.sim.plots import as_div, plotly_script
 from gpuplane.sim.readers import read_trace
-from gpuplane.sim.report import jct_cdf_png, per_team_png
+from gpuplane.sim.report import jct_cdf_figure, per_team_figure
 from gpuplane.sim.runner import Options, Task, run_tasks
 from gpuplane.sim.setup import Cluster, auto_teams, size_cluster
 from gpuplane.sim.targets import (
@@ -468,8 +469,8 @@ def render_html(figures: dict[str, dict[str, Any]], summary: dict[str, dict[str,
     )
     sections = []
     for name, f in figures.items():
-        cdf = jct_cdf_png({p: f["jct_quantiles_s"][p] for p in POLICIES}, f"{name}: JCT CDF")
-        teams = per_team_png(
+        cdf = as_div(jct_cdf_figure({p: f["jct_quantiles_s"][p] for p in POLICIES}, f"{name}: JCT CDF"))
+        teams = per_team_figure(
             {p: f["policies"][p] for p in ("fifo-quota", "tiresias", "gpuplane")},
             lambda team: team["p99_queue_s"] / 3600,
             "p99 queueing delay (h)",
@@ -477,12 +478,11 @@ def render_html(figures: dict[str, dict[str, Any]], summary: dict[str, dict[str,
         sections.append(
             f"<h2>{html.escape(name)}</h2><p>{f['jobs']:,} jobs, {f['gpus']:,} GPUs, offered load "
             f"{f['offered_load']:.2f}, FIFO mean queue {f['avg_queue_h']['fifo']:.2f} h; gpuplane/tiresias "
-            f"{f['jct_vs_tiresias']:.3f}</p><img src='data:image/png;base64,{cdf}'>"
-            f"<img src='data:image/png;base64,{teams}'>"
+            f"{f['jct_vs_tiresias']:.3f}</p>{cdf}{as_div(teams)}"
         )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}img{{max-width:49%}}</style></head><body>
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}</style>{plotly_script()}</head><body>
 <h1>{html.escape(title)}</h1><ul>{lines}</ul><table><tr>{header}</tr>{"".join(rows)}</table>
 {"".join(sections)}</body></html>"""
 

@@ -12,6 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Column, Table
 
 from gpuplane.cli_args import Parser, names, number
@@ -28,6 +37,7 @@ from gpuplane.policy import PolicyError, PolicySpec
 from gpuplane.policy.schema_base import MAX_COUNT
 from gpuplane.report.costs import ReportError
 from gpuplane.scheduler import CycleResult, PolicyIndex, SnapshotError, explain, schedule
+from gpuplane.scheduler.estimate import estimate_starts, format_wait
 from gpuplane.sim.setup import SetupError
 from gpuplane.sim.trace import TraceError
 from gpuplane.sim.variants import VARIANTS
@@ -63,7 +73,7 @@ def _run_cycle(policy_path: str, snapshot_path: str) -> tuple[PolicySpec, CycleR
     return policy, schedule(index, snapshot)
 
 
-def _print_result(result: CycleResult, console: Console) -> None:
+def _print_result(result: CycleResult, console: Console, backfill_mode: str = "easy") -> None:
     codes = [d.reason.code.value for d in result.decisions]
     table = titled_table(
         f"Scheduling cycle at t={result.now:g}s",
@@ -87,31 +97,47 @@ def _print_result(result: CycleResult, console: Console) -> None:
         f"admitted {counts[DecisionKind.ADMIT]}, preempted {counts[DecisionKind.PREEMPT]}, "
         f"waiting {counts[DecisionKind.WAIT]}"
     )
-    for r in result.reservations:
-        console.print(
-            f"reservation: {r.reserved_gpus} free GPUs on {r.pool} held for {r.workload_id}, "
-            f"expected start t={r.start:g}s"
-        )
+    _print_starts(result, console, backfill_mode)
+
+
+def _print_starts(result: CycleResult, console: Console, backfill_mode: str) -> None:
+    """The estimated start of every waiting workload: when its reserved GPUs free up, else unknown and why."""
+    starts = estimate_starts(result, backfill_mode)
+    waiting = [d.workload_id for d in result.decisions if d.kind is DecisionKind.WAIT]
+    if not waiting:
+        return
+    console.print("estimated starts (planned where the scheduler reserved GPUs; 'gpuplane explain' for more):")
+    width = max(len(w) for w in waiting)
+    for wid in waiting:
+        estimate = starts[wid]
+        if estimate.start is None:
+            when = "unknown"
+        else:
+            when = f"t={estimate.start:g}s (in {format_wait(estimate.start - result.now)})"
+        console.print(f"  {wid:<{width}}  {when} [{estimate.reason}]: {estimate.note}", highlight=False, markup=False)
 
 
 def cmd_schedule(args: argparse.Namespace, console: Console) -> int:
     """Run one scheduling cycle on a snapshot file and print (or write) the decisions."""
-    _, result = _run_cycle(args.policy, args.snapshot)
-    _print_result(result, console)
+    policy, result = _run_cycle(args.policy, args.snapshot)
+    mode = policy.scheduling.backfill.mode
+    _print_result(result, console, mode)
     if args.json:
+        starts = {wid: e.to_dict(result.now) for wid, e in estimate_starts(result, mode).items()}
+        out = {"now": result.now, "decisions": [d.to_dict() for d in result.decisions], "estimated_starts": starts}
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"now": result.now, "decisions": [d.to_dict() for d in result.decisions]}, handle, indent=2)
+            json.dump(out, handle, indent=2)
         console.print(f"decisions written to {args.json}")
     return 0
 
 
 def cmd_explain(args: argparse.Namespace, console: Console) -> int:
     """Say why a workload is pending, admitted or preempted in a snapshot."""
-    _, result = _run_cycle(args.policy, args.snapshot)
+    policy, result = _run_cycle(args.policy, args.snapshot)
     if not result.for_workload(args.workload):
         console.print(f"[red]{args.workload}: not pending or running in {args.snapshot}[/red]")
         return 1
-    console.print(explain(result, args.workload), highlight=False, markup=False)
+    console.print(explain(result, args.workload, policy.scheduling.backfill.mode), highlight=False, markup=False)
     return 0
 
 
@@ -122,12 +148,13 @@ def cmd_demo(args: argparse.Namespace, console: Console) -> int:
     console.rule("gpuplane demo: policy")
     console.print(f"{policy.name}: {_summary(policy)}")
     _, result = _run_cycle(policy_path, snapshot_path)
+    mode = policy.scheduling.backfill.mode
     console.rule("one scheduling cycle")
-    _print_result(result, console)
+    _print_result(result, console, mode)
     console.rule("why is my job pending? (gpuplane explain)")
     for d in result.decisions:
         if d.kind is DecisionKind.WAIT:
-            console.print(explain(result, d.workload_id), highlight=False, markup=False)
+            console.print(explain(result, d.workload_id, mode), highlight=False, markup=False)
     console.print(f"\npolicy: {policy_path}\nsnapshot: {snapshot_path}")
     return 0
 
@@ -173,14 +200,29 @@ def _cost_line(figures: dict[str, Any]) -> str | None:
     per_job = figures["cost"]["per_job"]["mean"]
     ends = ", ".join(f"{rate:.1%} {o}" for o, rate in outcomes["run_rates"].items() if rate)
     return (
-        f"cost {usage['cost']:,.0f} ({lost:.1%} lost to preemption), {per_job:,.2f} per job; "
+        f"cost ${usage['cost']:,.0f} ({lost:.1%} lost to preemption), ${per_job:,.2f} per job; "
         f"{outcomes['runs']:,} runs: {ends or 'none ended'}"
+    )
+
+
+def _progress(console: Console, counts: bool = False) -> Progress:
+    """A progress display with one bar per policy: done out of total (``counts``) or a percentage, time so far
+    and time left. It draws on a terminal; elsewhere (a pipe, CI) only its final state is printed."""
+    done = MofNCompleteColumn() if counts else TaskProgressColumn()
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        done,
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+        console=console,
     )
 
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
     """Replay a trace through one or more policies on the same cluster and report every figure."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+    from rich.progress import TaskID
 
     from gpuplane.sim.readers import read_trace
     from gpuplane.sim.runner import Options, compare
@@ -213,9 +255,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         + (f"; replaying the first {len(trace.jobs):,}" if args.limit else "")
         + f"; {trace.span_s / 86400:.1f} days, {trace.gpu_seconds / 3600:,.0f} GPU-hours"
     )
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
+    with _progress(console, counts=True) as progress:
         tasks: dict[str, TaskID] = {}
 
         def start(name: str, total: int) -> None:
@@ -304,7 +344,8 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     from gpuplane.sim.serving_trace import read_serving_trace
 
     policy = load_policy(args.policy)
-    trace = read_serving_trace(args.trace)
+    with console.status(f"reading {args.trace}"):
+        trace = read_serving_trace(args.trace)
     if args.days:
         trace = trace.head_days(args.days)
     gaps = trace.gap_windows
@@ -320,14 +361,14 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
             else ""
         )
     )
-    seconds = int(trace.duration_s)
-    with console.status("simulating") as status:
+    with _progress(console) as progress:
+        tasks = {name: progress.add_task(f"{name:10s}", total=max(1, int(trace.duration_s))) for name in args.compare}
 
-        def progress(name: str, second: int) -> None:
-            status.update(f"{name}: {second / max(seconds, 1):.0%} of the trace")
+        def advance(name: str, second: int) -> None:
+            progress.update(tasks[name], completed=second)
 
         comparison = compare_serving(
-            policy, args.service, trace, args.compare, model, args.seed, args.replica_startup_s, progress
+            policy, args.service, trace, args.compare, model, args.seed, args.replica_startup_s, advance
         )
     data = comparison.to_dict()
     if not comparison.slo_check.attainable:
@@ -342,7 +383,7 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
         f" SLO TTFT <= {m['slo_ttft_s']:g} s for {m['slo_attainment_target']:.1%}"
     )
     table = Table(title="serving summary", title_justify="left")
-    for column in ("policy", "SLO attainment", "GPU-hours", "vs oracle", "cost", "actions", "max replicas"):
+    for column in ("policy", "SLO attainment", "GPU-hours", "vs oracle", "cost $", "actions", "max replicas"):
         table.add_column(column, justify="right")
     for name, f in data["policies"].items():
         table.add_row(
@@ -431,7 +472,7 @@ def cmd_report_costs(args: argparse.Namespace, console: Console) -> int:
         table = Table(
             title=f"{source.name}: cost per team over {periods} {args.period} period(s)", title_justify="left"
         )
-        for column in ("team", "GPU-hours", "spot GPU-h", "lost GPU-h", "cost", "lost cost", "share"):
+        for column in ("team", "GPU-hours", "spot GPU-h", "lost GPU-h", "cost $", "lost cost $", "$/GPU-h", "share"):
             table.add_column(column, justify="right", no_wrap=True)
         for team, u in sorted(teams.items(), key=lambda item: -item[1].cost):
             table.add_row(
@@ -441,13 +482,14 @@ def cmd_report_costs(args: argparse.Namespace, console: Console) -> int:
                 f"{u.lost_gpu_s / 3600:,.0f}",
                 f"{u.cost:,.2f}",
                 f"{u.lost_cost:,.2f}",
+                f"{u.cost / (u.gpu_s / 3600):,.2f}" if u.gpu_s else "-",
                 f"{u.cost / total if total else 0.0:.1%}",
             )
         wide.print(table)
         idle = unallocated_cost(source)
         if idle is not None:
             console.print(
-                f"{source.name}: charged to teams {total:,.2f}; capacity held by no job {idle:,.2f} (not charged)"
+                f"{source.name}: charged to teams ${total:,.2f}; capacity held by no job ${idle:,.2f} (not charged)"
             )
     if args.csv:
         Path(args.csv).write_text(render_csv(rows), encoding="utf-8")

@@ -75,11 +75,18 @@ def _print_table(console: Console, chosen: list[Any], limit: float) -> None:
         table.add_column(column, overflow="fold")
     for s in chosen[-int(limit) :] if limit else chosen:
         e = s.event
-        figures = ", ".join(f"{k}={v}" for k, v in e.figures.items())
+        figures = ", ".join(_figure(k, v) for k, v in e.figures.items())
         table.add_row(f"{e.time:,.0f}", e.kind.value, e.reason, e.team or "", e.job or "", figures)
     Console(width=max(console.width, 140)).print(table)
     if limit and len(chosen) > limit:
         console.print(f"(the last {limit:,} shown; --limit 0 shows all)")
+
+
+def _figure(key: str, value: Any) -> str:
+    """``key=value``; money in dollars with its unit (``cost=$12.50``)."""
+    if "cost" in key and isinstance(value, int | float):
+        return f"{key}=${value:,.2f}"
+    return f"{key}={value}"
 
 
 def _write_kubernetes(args: argparse.Namespace, chosen: list[Any], origin_s: float) -> None:

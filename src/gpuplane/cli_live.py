@@ -18,9 +18,10 @@ from typing import Any
 from rich.console import Console
 
 from gpuplane.cli_args import number
-from gpuplane.cli_tables import jobs_table, queues_table, services_table
+from gpuplane.cli_tables import jobs_table, queues_table, services_table, start_time
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.records import JobState
+from gpuplane.scheduler.estimate import format_wait
 
 FOLLOW_POLL_S = 1.0
 _sleep = time.sleep
@@ -84,6 +85,8 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     spec["working_dir"] = os.path.abspath(args.working_dir or os.getcwd())
     if args.checkpoint_interval_s:
         spec["checkpoint_interval_s"] = args.checkpoint_interval_s
+    if args.estimated_duration_s:
+        spec["estimated_duration_s"] = args.estimated_duration_s
     job = _client(args).submit(spec)
     console.print(f"{job['id']} {job['state']}")
     return 0
@@ -104,7 +107,10 @@ def cmd_jobs(args: argparse.Namespace, console: Console) -> int:
     """List the jobs this token may see (of one state and team when asked), as a table or as JSON."""
     jobs = _client(args).jobs(args.state, args.team)
     where = (f" in state {args.state}" if args.state else "") + (f" of team {args.team}" if args.team else "")
-    return _show(args, console, jobs, jobs_table, f"no jobs{where}")
+    now = time.time()
+    if args.wide:
+        console = Console(width=max(console.width, 160), soft_wrap=True)
+    return _show(args, console, jobs, lambda rows: jobs_table(rows, now, args.wide), f"no jobs{where}")
 
 
 def cmd_queues(args: argparse.Namespace, console: Console) -> int:
@@ -123,13 +129,19 @@ def cmd_why(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
-    console.print(f"{info['workload']}: {info['status']}")
+    console.print(f"{info['workload']}: {info['status']}", highlight=False, markup=False)
     for decision in info.get("decisions", []):
-        console.print(f"  [{decision['reason']}] {decision['message']}", highlight=False)
+        console.print(f"  [{decision['reason']}] {decision['message']}", highlight=False, markup=False)
     if "decision" in info:
-        console.print(f"  [{info['decision']['reason']}] {info['decision'].get('message', '')}", highlight=False)
+        last = info["decision"]
+        console.print(f"  [{last['reason']}] {last.get('message', '')}", highlight=False, markup=False)
     if "message" in info:
-        console.print(f"  {info['message']}", highlight=False)
+        console.print(f"  {info['message']}", highlight=False, markup=False)
+    estimate = info.get("estimated_start")
+    if estimate:
+        in_s = estimate.get("in_s")
+        when = "unknown" if in_s is None else f"{start_time(in_s, time.time())} (in {format_wait(in_s)})"
+        console.print(f"  estimated start: {when}: {estimate.get('note', '')}", highlight=False, markup=False)
     return 0
 
 
@@ -208,6 +220,12 @@ def add_live_commands(sub: Any) -> None:
     submit.add_argument(
         "--checkpoint-interval-s", type=float, help="the job checkpoints this often (preemption loses the rest)"
     )
+    submit.add_argument(
+        "--estimated-duration-s",
+        type=number(0, above=True),
+        help="how long the job should run; the scheduler plans reservations and start estimates with it "
+        "(default: the class's default_duration_s)",
+    )
     submit.add_argument("--idempotency-key", help="resending with the same key returns the first job, never a second")
     submit.add_argument(
         "--working-dir",
@@ -220,6 +238,9 @@ def add_live_commands(sub: Any) -> None:
     client_args(jobs)
     jobs.add_argument("--state", choices=JOB_STATES, help="only jobs in this state")
     jobs.add_argument("--team", help="only this team's jobs (the admin token sees every team)")
+    jobs.add_argument(
+        "-w", "--wide", action="store_true", help="also class, priority, attempts, submission time and cost $"
+    )
     json_arg(jobs)
     jobs.set_defaults(func=cmd_jobs)
     queues = sub.add_parser(

@@ -8,6 +8,7 @@ second line. The tables have no vertical borders, which leaves the width to the 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from rich import box
@@ -20,9 +21,28 @@ def exact(header: str, values: Sequence[str], justify: str = "left") -> Column:
     return Column(header, no_wrap=True, min_width=width, justify=justify)  # type: ignore[arg-type]
 
 
-def table(title: str | None, columns: list[Column]) -> Table:
-    """A table without vertical borders, its title on the left."""
-    return Table(*columns, box=box.SIMPLE_HEAD, padding=(0, 1), title=title, title_justify="left", show_edge=False)
+def table(title: str | None, columns: list[Column], gap: int = 2) -> Table:
+    """A table without vertical borders, its title on the left, ``gap`` spaces between columns (1 or 2)."""
+    padding = (0, 1) if gap >= 2 else (0, 1, 0, 0)
+    return Table(*columns, box=box.SIMPLE_HEAD, padding=padding, title=title, title_justify="left", show_edge=False)
+
+
+def start_time(in_s: float, now: float) -> str:
+    """The local clock time ``in_s`` seconds after ``now`` (epoch seconds): HH:MM today, MM-DD HH:MM on
+    another day."""
+    at = datetime.fromtimestamp(now + in_s)
+    return at.strftime("%H:%M" if at.date() == datetime.fromtimestamp(now).date() else "%m-%d %H:%M")
+
+
+def estimated_start(job: dict[str, Any], now: float) -> str:
+    """A pending job's est. start cell: the local time its reservation starts, else ``unknown``; '-' for
+    jobs that are not pending."""
+    estimate = job.get("estimated_start")
+    if job.get("state") != "pending":
+        return "-"
+    if not estimate or estimate.get("in_s") is None:
+        return "unknown"
+    return start_time(float(estimate["in_s"]), now)
 
 
 def _gpus(value: float) -> str:
@@ -30,40 +50,53 @@ def _gpus(value: float) -> str:
 
 
 def job_reason(job: dict[str, Any]) -> str:
-    """The reason code of a job's last decision, or nothing."""
+    """The reason code of a pending job's wait (from the last cycle), else of the job's last decision."""
+    waiting = job.get("estimated_start") if job.get("state") == "pending" else None
+    if waiting and waiting.get("reason"):
+        return str(waiting["reason"])
     return str((job.get("reason") or {}).get("reason", ""))
 
 
-def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    """One row per job: id, name, team, state, GPUs, attempts, cost of its ended runs and the reason code of
-    its last decision."""
+def jobs_table(jobs: list[dict[str, Any]], now: float, wide: bool = False) -> Table:
+    """One row per job, like ``squeue``: id, name, team, state, GPUs, the estimated start of pending jobs (the
+    local time at which GPUs are reserved for it, else ``unknown``) and the reason code of its wait or last
+    decision; ``wide`` adds class, priority, attempts, submission time and the cost of its ended runs in
+    dollars. The default fits 80 columns. ``now``: the client's clock (epoch seconds), to which the API's
+    seconds-until-start are added."""
     ids = [job["id"] for job in jobs]
     states = [job["state"] for job in jobs]
     reasons = [job_reason(job) for job in jobs]
-    out = table(
-        None,
-        [
-            exact("id", ids),
-            Column("name", overflow="fold", ratio=2),
-            Column("team", overflow="fold", ratio=1),
-            exact("state", states),
-            Column("GPUs", justify="right", no_wrap=True),
+    starts = [estimated_start(job, now) for job in jobs]
+    columns = [
+        exact("id", ids),
+        Column("name", overflow="fold", ratio=2, min_width=4),
+        Column("team", overflow="fold", ratio=1, min_width=4),
+        exact("state", states),
+        Column("GPUs", justify="right", no_wrap=True),
+        exact("est. start", starts),
+        exact("reason", reasons),
+    ]
+    if wide:
+        columns[5:5] = [
+            Column("class", no_wrap=True),
+            Column("priority", no_wrap=True),
             Column("tries", justify="right", no_wrap=True),
-            Column("cost", justify="right", no_wrap=True),
-            exact("reason", reasons),
-        ],
-    )
-    for job, reason in zip(jobs, reasons, strict=True):
-        out.add_row(
-            job["id"],
-            job["name"],
-            job["team"],
-            job["state"],
-            _gpus(job["pods"] * job["gpus_per_pod"]),
-            str(job["attempts"]),
-            _cost(job.get("usage") or {}),
-            reason,
-        )
+            Column("submitted", no_wrap=True),
+            Column("cost $", justify="right", no_wrap=True),
+        ]
+    out = table(None, columns, gap=2 if wide else 1)
+    for job, reason, start in zip(jobs, reasons, starts, strict=True):
+        cells = [job["id"], job["name"], job["team"], job["state"], _gpus(job["pods"] * job["gpus_per_pod"])]
+        if wide:
+            submitted = job.get("submit_time")
+            cells += [
+                str(job.get("class", "")),
+                str(job.get("priority") or "-"),
+                str(job["attempts"]),
+                "-" if submitted is None else start_time(float(submitted) - now, now),
+                _cost(job.get("usage") or {}),
+            ]
+        out.add_row(*cells, start, reason)
     return out
 
 

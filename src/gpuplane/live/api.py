@@ -76,8 +76,9 @@ class ScaleRequest(BaseModel):
     replicas: int | None = Field(None, ge=0, le=1000)
 
 
-def job_view(job: JobRecord) -> dict[str, Any]:
-    """The JSON a client sees for a job."""
+def job_view(job: JobRecord, estimated_start: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON a client sees for a job; a pending job's ``estimated_start`` (``ControlPlane.estimated_start``:
+    a time where the scheduler reserved GPUs for it, else null with the reason) when given."""
     return {
         "id": job.id,
         "name": job.name,
@@ -101,6 +102,7 @@ def job_view(job: JobRecord) -> dict[str, Any]:
         "placement": job.placement,
         "reason": job.reason,
         "service": job.service,
+        "estimated_start": estimated_start,
     }
 
 
@@ -278,12 +280,14 @@ def create_app(
                 j
                 for j in control.jobs.values()
                 if who.may_access(j.team) and (state is None or j.state is state) and (team is None or j.team == team)
-            ]
-        return [job_view(j) for j in jobs[-limit:]]
+            ][-limit:]
+            return [job_view(j, control.estimated_start(j)) for j in jobs]
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, who: Who) -> dict[str, Any]:
-        return job_view(own_job(job_id, who))
+        job = own_job(job_id, who)
+        with control.lock:
+            return job_view(job, control.estimated_start(job))
 
     @app.delete("/v1/jobs/{job_id}", status_code=202)
     def cancel_job(job_id: str, who: Who) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from gpuplane.model.decision import Decision, DecisionKind
 from gpuplane.model.workload import Workload
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler.cycle import CycleResult, schedule
+from gpuplane.scheduler.estimate import StartEstimate, estimate_starts
 from gpuplane.scheduler.explain import explain_dict
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.resolve import InvalidWorkload, resolve
@@ -99,6 +100,7 @@ class ControlPlane:
         self.jobs: dict[str, JobRecord] = {}
         self._workloads: dict[str, Workload] = {}
         self.last_result: CycleResult | None = None
+        self._estimates: tuple[CycleResult, dict[str, StartEstimate]] | None = None
         self.last_nodes: list[RayNode] = []
         self.last_tick: TickReport | None = None
         self.grace_s = policy.scheduling.preemption.grace_period_s
@@ -205,6 +207,33 @@ class ControlPlane:
             self.engine.signal_stop(job_id)
         self.wake.set()
 
+    def estimated_start(self, job: JobRecord) -> dict[str, Any] | None:
+        """A pending job's estimated start (``scheduler.estimate`` on the last cycle, computed once per cycle):
+        its time (the clock's) and the seconds until it where GPUs are reserved for it, else None with the
+        reason code it waits for and why no start is planned. None for jobs that are not pending."""
+        if job.state is not JobState.PENDING:
+            return None
+        now = self.clock()
+        if job.not_before is not None and job.not_before > now:
+            return {
+                "start": None,
+                "in_s": None,
+                "reason": "start_failed",
+                "note": f"its last start failed; tried again in {job.not_before - now:.0f} s",
+            }
+        result = self.last_result
+        if result is None:
+            return {"start": None, "in_s": None, "reason": "", "note": "submitted after the last cycle"}
+        if self._estimates is None or self._estimates[0] is not result:
+            self._estimates = (result, estimate_starts(result, self.policy.scheduling.backfill.mode))
+        estimate = self._estimates[1].get(job.id)
+        if estimate is None:
+            return {"start": None, "in_s": None, "reason": "", "note": "submitted after the last cycle"}
+        out = estimate.to_dict(result.now)
+        if out["in_s"] is not None:
+            out["in_s"] = max(0.0, out["in_s"] - (now - result.now))
+        return out
+
     def why(self, job_id: str) -> dict[str, Any]:
         """Why the job is where it is: the last cycle's decisions for pending work, the recorded reason otherwise."""
         with self.lock:
@@ -216,7 +245,10 @@ class ControlPlane:
             if job.state is JobState.PENDING:
                 if self.last_result is None or not self.last_result.for_workload(job_id):
                     return {"workload": job_id, "status": "pending", "message": "submitted after the last cycle"}
-                info = explain_dict(self.last_result, job_id)
+                info = explain_dict(self.last_result, job_id, self.policy.scheduling.backfill.mode)
+                estimate = self.estimated_start(job)
+                if estimate is not None:
+                    info["estimated_start"] = estimate
                 if job_id in self.scale_ups:
                     info["node_scale_up"] = self.scale_ups[job_id]
                 return info

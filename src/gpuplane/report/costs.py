@@ -158,7 +158,7 @@ def render_html(rows: list[ChargebackRow], sources: list[CostSource], title: str
         parts.append(
             f"<h2>{html.escape(source.name)}</h2><p>Charged to teams: {charged:,.2f}{note}.</p>"
             "<table><tr><th>period</th><th>team</th><th>GPU-hours</th><th>spot GPU-hours</th>"
-            "<th>lost GPU-hours</th><th>cost</th><th>lost cost</th><th>share of period</th></tr>"
+            "<th>lost GPU-hours</th><th>cost $</th><th>lost cost $</th><th>share of period</th></tr>"
             f"{body}</table>"
         )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>

@@ -6,12 +6,14 @@ from typing import Any
 
 from gpuplane.model.decision import DecisionKind
 from gpuplane.scheduler.cycle import CycleResult
+from gpuplane.scheduler.estimate import estimate_start, format_wait
 
 _HIDDEN = {"all_failures", "rejected_pools", "pools"}
 
 
-def explain_dict(result: CycleResult, workload_id: str) -> dict[str, Any]:
-    """The decisions about ``workload_id`` in JSON-ready form, or ``{"status": "unknown"}``."""
+def explain_dict(result: CycleResult, workload_id: str, backfill_mode: str = "easy") -> dict[str, Any]:
+    """The decisions about ``workload_id`` in JSON-ready form, or ``{"status": "unknown"}``; a pending
+    workload's ``estimated_start`` (``gpuplane.scheduler.estimate``) comes with them."""
     decisions = result.for_workload(workload_id)
     if not decisions:
         return {
@@ -21,16 +23,21 @@ def explain_dict(result: CycleResult, workload_id: str) -> dict[str, Any]:
         }
     last = decisions[-1]
     status = {DecisionKind.ADMIT: "admitted", DecisionKind.PREEMPT: "preempted", DecisionKind.WAIT: "pending"}
-    return {
+    out: dict[str, Any] = {
         "workload": workload_id,
         "status": status[last.kind],
         "decisions": [d.to_dict() for d in decisions],
     }
+    estimate = estimate_start(result, workload_id, backfill_mode)
+    if last.kind is DecisionKind.WAIT and estimate is not None:
+        out["estimated_start"] = estimate.to_dict(result.now)
+    return out
 
 
-def explain(result: CycleResult, workload_id: str) -> str:
-    """A few lines a user can read: status, the reason, the figures behind it, and what else was tried."""
-    info = explain_dict(result, workload_id)
+def explain(result: CycleResult, workload_id: str, backfill_mode: str = "easy") -> str:
+    """A few lines a user can read: status, the reason, the figures behind it, what else was tried, and the
+    estimated start of pending work (in the snapshot's seconds)."""
+    info = explain_dict(result, workload_id, backfill_mode)
     if info["status"] == "unknown":
         return f"{workload_id}: unknown ({info['message']})"
     lines = []
@@ -50,6 +57,14 @@ def explain(result: CycleResult, workload_id: str) -> str:
             lines.append(f"  on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}")
         if d.get("victims"):
             lines.append(f"  after preempting: {', '.join(d['victims'])}")
+    estimate = info.get("estimated_start")
+    if estimate is not None:
+        when = (
+            "unknown"
+            if estimate["start"] is None
+            else f"t={estimate['start']:.0f}s (in {format_wait(estimate['in_s'])})"
+        )
+        lines.append(f"  estimated start: {when}: {estimate['note']}")
     return "\n".join(lines)
 
 

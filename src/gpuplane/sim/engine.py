@@ -133,6 +133,8 @@ class Sample:
     allocated_gpus: float
     running: int
     pending: int
+    waiting: dict[str, int] = field(default_factory=dict)
+    """Pending jobs per wait reason code at ``t`` (codes with none left out)."""
 
 
 @dataclass(slots=True)
@@ -270,6 +272,8 @@ class Simulation:
         self.keep_reservations = self.policy.scheduling.backfill.keep_reservations
         self.consolidation_moves = 0
         self.wait_s: dict[str, dict[str, float]] = {}
+        self.waiting: dict[str, int] = {}
+        """Pending jobs per current wait code (sampled for the report's wait reasons over time)."""
         self.stops: dict[str, dict[str, int]] = {}
         self.consolidation_lost_gpu_s = 0.0
         self.node_down_s = 0.0
@@ -387,7 +391,10 @@ class Simulation:
                 self.provisioned_gpu_s[pool] = self.provisioned_gpu_s.get(pool, 0.0) + gpus * span
             self.last_change = now
         while self.next_sample <= now:
-            self.samples.append(Sample(self.next_sample, self.allocated, len(self.state.running), len(self.pending)))
+            waiting = {code: n for code, n in self.waiting.items() if n}
+            self.samples.append(
+                Sample(self.next_sample, self.allocated, len(self.state.running), len(self.pending), waiting)
+            )
             self.next_sample += self.sample_every_s
 
     # -- job life ----------------------------------------------------------------------------------
@@ -430,6 +437,7 @@ class Simulation:
         record.wait_since = now
         self.records[job.id] = record
         self.pending[job.id] = record
+        self._count_wait(record.wait_code, 1)
         self.pending_gpus += job.gpus
         self.guarantees.asked(job.team, _asked_gpus(record.workload), now)
         self._push_promotion(record, now)
@@ -447,6 +455,7 @@ class Simulation:
         record.gpus = self._gpus_of(placement)
         self.allocated += record.gpus
         del self.pending[record.job.id]
+        self._count_wait(record.wait_code, -1)
         self.pending_gpus -= record.job.gpus
         self.guarantees.granted(record.job.team, _asked_gpus(record.workload), now)
         self.guarantees.held(record.job.team, record.gpus, now)
@@ -470,7 +479,12 @@ class Simulation:
         if record.wait_code != code:
             self.accounts.wait_changed(record.job, record.wait_code, code, now - record.wait_since, now)
             self._close_wait(record, now)
+            self._count_wait(record.wait_code, -1)
+            self._count_wait(code, 1)
             record.wait_code = code
+
+    def _count_wait(self, code: str, n: int) -> None:
+        self.waiting[code] = self.waiting.get(code, 0) + n
 
     def _gpus_of(self, placement: Placement) -> float:
         mig = self.index.pools[placement.pool].mig
@@ -539,6 +553,7 @@ class Simulation:
         stops = self.stops.setdefault(record.job.team, {})
         stops[reason] = stops.get(reason, 0) + 1
         record.wait_code, record.wait_since = reason, now  # until a cycle looks at it again
+        self._count_wait(reason, 1)
         checkpoint = record.checkpoint_s
         kept = (ran // checkpoint) * checkpoint if checkpoint else 0.0
         self.accounts.run_ended(record, now - ran, now, ran - kept, RunEnd(Outcome.PREEMPTED, reason))

@@ -65,7 +65,13 @@ class Comparison:
                 "wall_s": self.wall_s[name],
                 "jobs_per_s": len(self.trace.jobs) / max(self.wall_s[name], 1e-9),
                 "timeline": [
-                    {"t": s.t, "allocated_gpus": s.allocated_gpus, "running": s.running, "pending": s.pending}
+                    {
+                        "t": s.t,
+                        "allocated_gpus": s.allocated_gpus,
+                        "running": s.running,
+                        "pending": s.pending,
+                        "waiting": s.waiting,
+                    }
                     for s in result.samples[::step]
                 ],
             }

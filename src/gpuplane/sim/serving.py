@@ -403,6 +403,8 @@ def compare_serving(
         run.wall_s = time.perf_counter() - started
         comparison.runs[name] = run
         comparison.figures[name] = _figures(comparison, run)
+        if on_progress is not None:
+            on_progress(name, counts.size)
     if "oracle" in comparison.figures:
         base = comparison.figures["oracle"]["gpu_hours"]
         for figures in comparison.figures.values():

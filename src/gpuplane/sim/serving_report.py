@@ -1,18 +1,18 @@
-"""The HTML page of a serving comparison: figures per policy, and load, replicas and latency over time."""
+"""The HTML page of a serving comparison: figures per policy, and load, replicas and latency over time as
+interactive plots (plotly.js inline: nothing is fetched when the page is viewed)."""
 
 from __future__ import annotations
 
 import html
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+import plotly.graph_objects as go
 
-from gpuplane.sim.report import _png
+from gpuplane.sim.plots import MAX_POINTS, as_div, lines, plotly_script
 from gpuplane.sim.serving import MINUTE, ServingComparison
 from gpuplane.sim.serving_model import attainment
+
+DAY_MINUTES = 24 * 60
 
 
 def _minutes(values: np.ndarray, how: str = "mean") -> np.ndarray:
@@ -21,37 +21,66 @@ def _minutes(values: np.ndarray, how: str = "mean") -> np.ndarray:
     return np.asarray(shaped.max(axis=1) if how == "max" else shaped.mean(axis=1))
 
 
-def _plots(comparison: ServingComparison) -> list[tuple[str, str]]:
-    days = np.arange(_minutes(comparison.counts).size) / (24 * 60)
-    load, ax = plt.subplots(figsize=(10, 3.2))
-    ax.plot(days, _minutes(comparison.counts), linewidth=0.8, color="black")
-    ax.set_xlabel("days")
-    ax.set_ylabel("requests/s (per-minute mean)")
-    load_png = _png(load)
-    fig, ax = plt.subplots(figsize=(10, 3.6))
-    for name, run in comparison.runs.items():
-        ax.plot(days, _minutes(run.held.astype(float)), label=name, linewidth=0.8)
-    ax.set_xlabel("days")
-    ax.set_ylabel("replicas holding GPUs")
-    ax.legend(fontsize=8)
-    replicas_png = _png(fig)
-    fig, ax = plt.subplots(figsize=(10, 3.6))
+def missed_per_minute(comparison: ServingComparison) -> dict[str, np.ndarray]:
+    """Per policy, the share of each minute's requests whose time to first token exceeded the SLO; NaN for
+    minutes in which none did (a log axis has no zero: such minutes are gaps, not a made-up floor)."""
     slo = comparison.service.slo.latency_ms / 1000
+    out = {}
     for name, run in comparison.runs.items():
         slots = run.ready.astype(float) * comparison.model.max_batch
         within = attainment(comparison.profile, slo, run.backlog_wait_s, slots, comparison.offered)
-        missed = np.maximum(1.0 - _minutes(within), 1e-7)
-        ax.plot(days, missed, label=name, linewidth=0.8)
-    ax.set_yscale("log")
-    ax.axhline(1 - comparison.service.slo.attainment, color="grey", linestyle=":", linewidth=1, label="SLO budget")
-    ax.set_xlabel("days")
-    ax.set_ylabel("fraction of requests over the TTFT SLO")
-    ax.legend(fontsize=8)
-    latency_png = _png(fig)
+        missed = 1.0 - _minutes(within)
+        out[name] = np.where(missed > 0.0, missed, np.nan)
+    return out
+
+
+def serving_figures(comparison: ServingComparison) -> list[tuple[str, str, go.Figure, int]]:
+    """The page's plots in order: title, caption, figure and height in pixels."""
+    days = np.arange(_minutes(comparison.counts).size) / DAY_MINUTES
+    xlabel = "days since the trace's start"
+    load = lines({"requests/s": (days, _minutes(comparison.counts))}, xlabel, "requests/s (per-minute mean)")
+    load.update_layout(showlegend=False)
+    replicas = lines(
+        {name: (days, _minutes(run.held.astype(float), "max")) for name, run in comparison.runs.items()},
+        xlabel,
+        "replicas holding GPUs",
+    )
+    budget = 1 - comparison.service.slo.attainment
+
+    def budget_line(fig: go.Figure) -> None:
+        fig.add_hline(
+            y=budget,
+            line={"dash": "dot", "color": "grey", "width": 1},
+            annotation_text=f"SLO budget {budget:.2%}",
+            annotation_position="top left",
+        )
+
+    missed = missed_per_minute(comparison)
+    latency = lines(
+        {name: (days, share) for name, share in missed.items()},
+        xlabel,
+        "share of requests over the TTFT SLO",
+        log_y=True,
+        extra=budget_line,
+    )
+    latency.update_traces(connectgaps=False)
+    thinned = days.size > MAX_POINTS
+    zoom = (
+        f" Zoomed out, each point is the largest value of about {-(-days.size // MAX_POINTS)} minutes."
+        if thinned
+        else ""
+    )
     return [
-        ("Load", load_png),
-        ("Replicas over time", replicas_png),
-        ("Requests over the latency SLO, per minute", latency_png),
+        ("Load", "Requests per second, mean of each minute." + zoom, load, 300),
+        ("Replicas over time", "Replicas holding GPUs (ready or starting), most in each minute." + zoom, replicas, 360),
+        (
+            "Requests over the latency SLO, per minute",
+            "Share of each minute's requests whose time to first token exceeded the SLO, on a log scale; "
+            "minutes in which every request met it leave a gap (a log scale has no zero). The dotted line is "
+            "the share the SLO allows." + zoom,
+            latency,
+            400,
+        ),
     ]
 
 
@@ -65,19 +94,20 @@ def render_serving_html(comparison: ServingComparison) -> str:
         for name, f in data["policies"].items()
     )
     figures = "".join(
-        f"<h2>{title}</h2><img alt='{title}' src='data:image/png;base64,{png}'>" for title, png in _plots(comparison)
+        f"<h2>{html.escape(title)}</h2><p>{html.escape(caption)}</p>{as_div(fig, height)}"
+        for title, caption, fig, height in serving_figures(comparison)
     )
     trace, model = data["trace"], data["model"]
     service = comparison.service
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>gpuplane serving simulation</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}img{{max-width:100%}}</style></head><body>
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}</style>{plotly_script()}</head><body>
 <h1>gpuplane serving simulation: {html.escape(service.name)}</h1>
 <p>Trace {html.escape(trace["source"])}: {trace["requests"]:,} requests over {trace["seconds"] / 86400:.1f} days,
 mean {trace["mean_rps"]:,.0f} req/s, peak minute {trace["peak_minute_rps"]:,.0f} req/s.<br>
 Replica: {model["max_batch"]} slots, {model["mean_slot_s"]:.2f} s per request on average
 ({model["replica_capacity_rps"]:.2f} req/s at full batch), startup {model["replica_startup_s"]:g} s.
 SLO: time to first token within {model["slo_ttft_s"]:g} s for {model["slo_attainment_target"]:.1%} of requests.</p>
-<table><tr><th>policy</th><th>SLO attainment</th><th>GPU-hours</th><th>vs oracle</th><th>cost</th>
+<table><tr><th>policy</th><th>SLO attainment</th><th>GPU-hours</th><th>vs oracle</th><th>cost $</th>
 <th>scaling actions</th><th>mean replicas</th><th>max replicas</th></tr>{rows}</table>
 {figures}</body></html>"""
