@@ -361,11 +361,17 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
             else ""
         )
     )
+    total = max(1, int(trace.duration_s))
     with _progress(console) as progress:
-        tasks = {name: progress.add_task(f"{name:10s}", total=max(1, int(trace.duration_s))) for name in args.compare}
+        order = list(args.compare)
+        tasks = {name: progress.add_task(f"{name:10s}", total=total, start=i == 0) for i, name in enumerate(order)}
 
         def advance(name: str, second: int) -> None:
+            """Policies run one after another: a bar's clock starts when the policy before it is done."""
             progress.update(tasks[name], completed=second)
+            following = order.index(name) + 1
+            if second >= total and following < len(order):
+                progress.start_task(tasks[order[following]])
 
         comparison = compare_serving(
             policy, args.service, trace, args.compare, model, args.seed, args.replica_startup_s, advance
