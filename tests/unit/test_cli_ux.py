@@ -16,10 +16,12 @@ import subprocess
 import sys
 import termios
 from collections.abc import Iterator
+from datetime import datetime
 from fcntl import ioctl
 from pathlib import Path
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 
 from gpuplane import cli_live
@@ -33,7 +35,8 @@ from gpuplane.live.ray_engine import RunPhase, RunStatus
 from gpuplane.live.records import JobState
 from gpuplane.live.services import ServiceManager
 from gpuplane.model import ReasonCode
-from tests.unit.test_live_control import Clock, FakeEngine, plane
+from gpuplane.policy import PolicySpec, parse_policy
+from tests.unit.test_live_control import POLICY, Clock, FakeEngine, plane
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = {team: f"{team}-cli-test-token-0123456789" for team in ("research", "product", "serving")}
@@ -120,10 +123,10 @@ def test_a_mistyped_serving_policy_is_refused_before_the_trace_is_read(capsys):
 class Api:
     """The real API over a control plane with a fake engine; the CLI's client talks to it in process."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, policy: PolicySpec | None = None) -> None:
         self.engine = FakeEngine()
         self.clock = Clock()
-        self.control = plane(tmp_path, self.engine, self.clock)
+        self.control = plane(tmp_path, self.engine, self.clock, policy)
         self.logs: dict[str, bytes] = {}
         self.engine.read_log = lambda job, rank=0, offset=0: self.logs.get(job.id, b"")[offset:]  # type: ignore[method-assign]
         metrics = Metrics(self.control.policy)
@@ -136,8 +139,10 @@ class Api:
         client._http = TestClient(self.app, headers={"Authorization": f"Bearer {token}"})
         return client
 
-    def submit(self, team: str, name: str, gpus: int = 4, pods: int = 1) -> str:
+    def submit(self, team: str, name: str, gpus: int = 4, pods: int = 1, duration_s: float | None = None) -> str:
         body = {"name": name, "team": team, "entrypoint": ["true"], "pods": pods, "gpus_per_pod": gpus}
+        if duration_s is not None:
+            body["estimated_duration_s"] = duration_s
         response = TestClient(self.app).post("/v1/jobs", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
         assert response.status_code == 201, response.text
         return str(response.json()["id"])
@@ -288,3 +293,148 @@ def test_submit_runs_the_job_in_the_current_directory(monkeypatch, capsys, api, 
     code, out, err = run(["submit", "--token", TOKENS["research"], "--", "python", "train.py"], capsys)
     assert code == 0, err
     assert api.control.jobs[out.split()[0]].working_dir == str(tmp_path)
+
+
+# ---- estimated start times -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def reserving(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Api:
+    """The live test policy with the train pool allowed 4 nodes and research's quota 16 GPUs, on a cluster
+    that has 2 nodes: a gang can then wait for GPUs (not quota) and get a reservation."""
+    data = yaml.safe_load(POLICY.read_text())
+    data["pools"][0]["max_nodes"] = 4
+    data["teams"][0]["quotas"]["a100-80gb"]["nominal"] = 16
+    fake = Api(tmp_path, parse_policy(yaml.safe_dump(data), "reserving.yaml"))
+    monkeypatch.setattr(cli_live, "_client", fake.client)
+    return fake
+
+
+def _busy_train_pool(api: Api) -> tuple[str, str]:
+    """Two 4-GPU jobs fill the two train nodes from t=1000 (expected to end 1 h and 2 h later); at t=1600 an
+    8-GPU research gang and a 4-GPU product job wait. Fair sharing puts product (holding nothing) first: it
+    gets the reservation, for when the 1 h job ends. Returns (reserved, behind)."""
+    running = [
+        api.submit("research", "one-hour", duration_s=3600),
+        api.submit("research", "two-hours", duration_s=7200),
+    ]
+    api.control.tick()
+    for job in running:
+        api.engine.phase[job] = RunStatus(RunPhase.RUNNING)
+    api.control.tick()
+    api.clock.now += 600
+    behind = api.submit("research", "gang", pods=2, duration_s=1800)
+    reserved = api.submit("product", "first-in-line", duration_s=600)
+    api.control.tick()
+    return reserved, behind
+
+
+def test_the_api_lists_when_a_pending_job_should_start(reserving, capsys):
+    reserved, behind = _busy_train_pool(reserving)
+    code, out, _ = run(["jobs", "--json", "--state", "pending"], capsys)
+    jobs = {j["id"]: j for j in json.loads(out)}
+    assert code == 0 and set(jobs) == {reserved, behind}
+    planned = jobs[reserved]["estimated_start"]
+    assert planned["reason"] == "reserved" and planned["start"] == 1000.0 + 3600
+    assert planned["in_s"] == 3600 - 600
+    unknown = jobs[behind]["estimated_start"]
+    assert unknown["start"] is None and unknown["in_s"] is None and unknown["reason"] == "insufficient_capacity"
+    assert f"train for {reserved}" in unknown["note"]
+    reserving.clock.now += 100
+    code, out, _ = run(["jobs", "--json", "--state", "pending", "--team", "product"], capsys)
+    assert json.loads(out)[0]["estimated_start"]["in_s"] == 3600 - 700, "counted from the API's clock"
+    code, out, _ = run(["jobs", "--json", "--state", "running"], capsys)
+    assert [j["estimated_start"] for j in json.loads(out)] == [None, None]
+
+
+def test_jobs_shows_est_start_at_80_columns(reserving, capsys, monkeypatch):
+    reserved, behind = _busy_train_pool(reserving)
+    now = 1_750_000_000.0
+    monkeypatch.setattr(cli_live.time, "time", lambda: now)
+    code, out, _ = run(["jobs"], capsys)
+    assert code == 0
+    _assert_fits(out)
+    lines = out.splitlines()
+    header = next(line for line in lines if "est. start" in line)
+    column = header.index("est. start")
+    rows = {line.split()[0]: line for line in lines if line.split()[:1] in ([reserved], [behind])}
+    at = datetime.fromtimestamp(now + 3000)
+    expected = at.strftime("%H:%M") if at.date() == datetime.fromtimestamp(now).date() else at.strftime("%m-%d %H:%M")
+    assert rows[reserved][column:].startswith(expected) and rows[reserved].rstrip().endswith("reserved")
+    assert rows[behind][column:].split()[:2] == ["unknown", "insufficient_capacity"]
+    assert all(h in header for h in ("id", "name", "team", "state", "GPUs", "reason"))
+    assert next(line for line in lines if line.startswith("j0"))[column:].split()[0] == "-"
+
+
+def test_why_gives_the_estimated_start_and_its_reason(reserving, capsys):
+    reserved, behind = _busy_train_pool(reserving)
+    code, out, _ = run(["why", reserved], capsys)
+    assert code == 0 and "[reserved]" in out
+    assert re.search(r"estimated start: \S+ \(in 50m\): it fits pool train then", out), out
+    code, out, _ = run(["why", behind], capsys)
+    assert "[insufficient_capacity]" in out and "estimated start: unknown: the GPUs it needs are reserved" in out
+    assert reserved in out
+
+
+def test_jobs_wide_adds_cost_in_dollars_and_attempts(api, capsys):
+    api.submit("research", "priced")
+    api.control.tick()
+    code, out, _ = run(["jobs", "--wide"], capsys)
+    header = next(line for line in out.splitlines() if "cost $" in line)
+    assert code == 0 and "tries" in header and "priority" in header and "est. start" in header
+
+
+def test_schedule_lists_and_writes_estimated_starts(tmp_path, capsys):
+    out_json = tmp_path / "decisions.json"
+    policy, snapshot = str(ROOT / "examples" / "platform.yaml"), str(ROOT / "examples" / "snapshot.yaml")
+    code, out, _ = run(["schedule", "--policy", policy, snapshot, "--json", str(out_json)], capsys)
+    assert code == 0
+    assert re.search(r"llm-sft-70b +t=3600s \(in 1h00m\) \[reserved\]", out), out
+    assert re.search(r"platform-burn-in +unknown \[borrowing_limit_exceeded\]: it asks for 40 GPUs", out)
+    starts = json.loads(out_json.read_text())["estimated_starts"]
+    assert starts["llm-sft-70b"] == {
+        "start": 3600.0,
+        "in_s": 3600.0,
+        "reason": "reserved",
+        "note": starts["llm-sft-70b"]["note"],
+    }
+    assert starts["llm-long-eval"]["start"] is None and starts["llm-long-eval"]["reason"] == "would_delay_reservation"
+    code, out, _ = run(["explain", "--policy", policy, snapshot, "llm-sft-70b"], capsys)
+    assert "estimated start: t=3600s (in 1h00m)" in out
+
+
+# ---- progress and units ----------------------------------------------------------------------------------
+
+
+def test_simulate_serving_shows_a_progress_bar_per_policy_and_costs_in_dollars(tmp_path, capsys):
+    rates = tmp_path / "rates.csv"
+    rates.write_text("timestamp_s,total_rate_rps\n" + "".join(f"{i * 600},{r}\n" for i, r in enumerate([90, 300])))
+    serving = str(ROOT / "examples" / "serving.yaml")
+    code, out, err = run(
+        ["simulate-serving", "--policy", serving, "--trace", f"servegen:{rates}", "--compare", "gpuplane,hpa,oracle"],
+        capsys,
+    )
+    assert code == 0, err
+    bars = [line.split() for line in out.splitlines() if "━" in line and not line.startswith(("┏", "┡"))]
+    assert [(bar[0], bar[2]) for bar in bars] == [("gpuplane", "100%"), ("hpa", "100%"), ("oracle", "100%")]
+    header = next(line for line in out.splitlines() if "policy" in line and "GPU-hours" in line)
+    assert "cost $" in header
+
+
+def test_chargeback_and_simulation_costs_carry_their_unit(tmp_path, capsys):
+    from tests.unit.test_sim_accounting import _simulate
+
+    figures = tmp_path / "out.json"
+    assert _simulate(tmp_path, "--compare", "fifo", "--json", str(figures)) == 0
+    simulated = capsys.readouterr().out
+    assert re.search(r"fifo: cost \$[\d,]+ \([\d.]+% lost to preemption\), \$[\d.]+ per job", simulated)
+    code, out, _ = run(["report", "costs", "--from", str(figures), "--period", "all"], capsys)
+    assert code == 0
+    header = next(line for line in out.splitlines() if "GPU-hours" in line)
+    assert all(h in header for h in ("cost $", "lost cost $", "$/GPU-h"))
+    teams = json.loads(figures.read_text())["policies"]["fifo"]["per_team"]
+    cells = {row[0]: row for row in (line.replace("│", " ").split() for line in out.splitlines()) if row}
+    for team, figures_of_team in teams.items():
+        cost = figures_of_team["cost"]
+        assert float(cells[team][6]) == pytest.approx(cost["cost"] / cost["gpu_hours"], abs=0.006)
+    assert "charged to teams $" in out
