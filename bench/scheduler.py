@@ -10,6 +10,7 @@ with the same quota check) on the same inputs in this process and prints both an
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 import tracemalloc
@@ -62,6 +63,20 @@ def bench_policy(nodes: int) -> PolicySpec:
         "default_priority": "low",
     }
     return parse_policy(yaml.safe_dump(doc), "bench.yaml")
+
+
+def verdict(met: bool) -> str:
+    """MET or MISSED; a MISSED on a loaded machine says so: timings taken while other processes want more
+    CPU than there are cores are not this code's speed (1-minute load average against the core count)."""
+    if met:
+        return "MET"
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load <= cores:
+        return "MISSED"
+    return (
+        f"MISSED (caution: load average {load:.1f} on {cores} cores while this ran: other processes took CPU "
+        "time, so the figure is not the scheduler's own; re-run on an idle machine)"
+    )
 
 
 SHAPES = [(1, 1)] * 40 + [(1, 2)] * 15 + [(1, 4)] * 15 + [(1, 8)] * 15 + [(2, 8)] * 8 + [(4, 8)] * 5 + [(8, 8)] * 2
@@ -208,9 +223,7 @@ def bench_cycle(nodes_n: int, pending_n: int, cycles: int) -> None:
         f"naive first-fit: cycle p50 {n50:.1f} ms, p99 {n99:.1f} ms on the same snapshots (no reasons, no "
         f"fairness, no preemption, no backfill)"
     )
-    print(
-        f"ratio gpuplane/naive cycle p50: {p50 / n50:.1f}x   target p99 <= 100 ms: {'MET' if p99 <= 100 else 'MISSED'}"
-    )
+    print(f"ratio gpuplane/naive cycle p50: {p50 / n50:.1f}x   target p99 <= 100 ms: {verdict(p99 <= 100)}")
 
 
 def bench_sustained(nodes_n: int, rounds: int, per_round: int) -> None:
@@ -260,10 +273,7 @@ def bench_sustained(nodes_n: int, rounds: int, per_round: int) -> None:
     g_rate, n_rate = g_admitted / g_elapsed, n_admitted / n_elapsed
     print(f"gpuplane: {g_admitted} admissions in {g_elapsed:.2f} s of scheduling = {g_rate:,.0f} admissions/s")
     print(f"naive first-fit: {n_admitted} admissions in {n_elapsed:.2f} s = {n_rate:,.0f} admissions/s")
-    print(
-        f"ratio gpuplane/naive admissions/s: {g_rate / n_rate:.2f}x   target >= 1,000/s: "
-        f"{'MET' if g_rate >= 1000 else 'MISSED'}"
-    )
+    print(f"ratio gpuplane/naive admissions/s: {g_rate / n_rate:.2f}x   target >= 1,000/s: {verdict(g_rate >= 1000)}")
 
 
 def naive_admit(snapshot: ClusterSnapshot) -> tuple[set[str], dict[str, Placement | None]]:

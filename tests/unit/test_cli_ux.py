@@ -438,3 +438,49 @@ def test_chargeback_and_simulation_costs_carry_their_unit(tmp_path, capsys):
         cost = figures_of_team["cost"]
         assert float(cells[team][6]) == pytest.approx(cost["cost"] / cost["gpu_hours"], abs=0.006)
     assert "charged to teams $" in out
+
+
+# ---- the README ------------------------------------------------------------------------------------------
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lstrip("#").strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_readme_commands_run_without_an_activated_virtualenv():
+    readme = (ROOT / "README.md").read_text()
+    spans = re.findall(r"`([^`\n]+(?:\n[^`\n]+)*)`", readme.split("```", 2)[2]) + readme.split("```")[1].splitlines()
+    commands = [" ".join(span.split()) for span in spans]
+    bare = [c for c in commands if re.match(r"(gpuplane|python|pytest)( |$)", c) or re.search(r"[^/]python bench/", c)]
+    assert bare == [], "activate nothing: write .venv/bin/gpuplane and .venv/bin/python"
+    parser_commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for command in re.findall(r"\.venv/bin/gpuplane (\w[\w-]*)", readme):
+        assert command in parser_commands, command
+    for script in re.findall(r"bench/(\w+\.py)", readme):
+        assert (ROOT / "bench" / script).is_file(), script
+    assert "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/gpuplane demo" in readme
+    assert '-m "not live"' in " ".join(readme.split())
+
+
+def test_readme_links_to_doc_sections_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    for page, anchor in re.findall(r"\]\((docs/[\w.]+\.md)#([\w-]+)\)", readme):
+        headings = [line for line in (ROOT / page).read_text().splitlines() if line.startswith("#")]
+        assert anchor in {_slug(h) for h in headings}, f"{page}#{anchor}"
+
+
+def test_a_missed_benchmark_target_on_a_loaded_machine_carries_a_caution(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_scheduler", ROOT / "bench" / "scheduler.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (7.6, 7.5, 4.0))
+    assert bench.verdict(True) == "MET"
+    assert bench.verdict(False).startswith("MISSED (caution: load average 7.6 on 2 cores")
+    monkeypatch.setattr(bench.os, "getloadavg", lambda: (0.4, 0.5, 0.5))
+    assert bench.verdict(False) == "MISSED"
