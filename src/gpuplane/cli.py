@@ -232,7 +232,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> int:
         print(f"error: --events {args.events}: folder {events.parent} does not exist. Fix: create it", file=sys.stderr)
         return EXIT_INVALID
     policy = load_policy(args.policy, args.set)
-    trace = read_trace(args.trace)
+    with console.status(f"reading {args.trace}"):
+        trace = read_trace(args.trace)
     if args.limit:
         trace = trace.head(args.limit)
     options = Options(

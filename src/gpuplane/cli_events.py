@@ -20,9 +20,9 @@ def cmd_events(args: argparse.Namespace, console: Console) -> int:
     """Print the events the query selects (a table, or JSON lines with --json); --kubernetes also writes
     them as events.k8s.io/v1 Events."""
     from gpuplane.report.costs import ReportError
-    from gpuplane.report.events import parse_kind, parse_start, parse_time, read_events, select
+    from gpuplane.report.events import parse_kind, parse_start, parse_time, select
 
-    stream = list(read_events(Path(args.source))) if args.source else _live_stream(args)
+    stream = _file_stream(Path(args.source)) if args.source else _live_stream(args)
     start = parse_start(args.start)
     last = max((s.event.time for s in stream), default=None)
     query = EventFilter(
@@ -48,8 +48,26 @@ def cmd_events(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _file_stream(path: Path) -> list[Any]:
+    """Every event of a JSON lines file, with a progress bar over the file's size on standard error (a
+    whole-trace stream of hundreds of thousands of events takes tens of seconds; ``--json`` output stays
+    clean)."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from gpuplane.report.events import read_events
+
+    total = path.stat().st_size if path.is_file() else None
+    columns = (TextColumn("reading events"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("read", total=total)
+        stream = list(read_events(path, lambda read: progress.update(task, completed=read)))
+        progress.update(task, completed=total)
+    return stream
+
+
 def _live_stream(args: argparse.Namespace) -> list[Any]:
-    """Every event the live plane's API lets this token see (of one job with --job), as a stream."""
+    """Every event the live plane's API lets this token see (of one job with --job), as a stream; a count of
+    the events read so far on standard error while it pages."""
     from gpuplane.cli_live import _client
     from gpuplane.live.scheduling_events import scheduling_event
     from gpuplane.report.events import StreamEvent
@@ -57,16 +75,18 @@ def _live_stream(args: argparse.Namespace) -> list[Any]:
     client = _client(args)
     out: list[StreamEvent] = []
     after, page = 0, 5000
-    while True:
-        params = f"?after={after}&limit={page}" + (f"&subject={quote(args.job)}" if args.job else "")
-        records = client.get(f"/v1/events{params}")
-        for record in records:
-            event = scheduling_event(record)
-            if event is not None:
-                out.append(StreamEvent(event, None))
-        if len(records) < page:
-            return out
-        after = int(records[-1]["seq"])
+    with Console(stderr=True).status("reading events from the API") as status:
+        while True:
+            params = f"?after={after}&limit={page}" + (f"&subject={quote(args.job)}" if args.job else "")
+            records = client.get(f"/v1/events{params}")
+            for record in records:
+                event = scheduling_event(record)
+                if event is not None:
+                    out.append(StreamEvent(event, None))
+            if len(records) < page:
+                return out
+            after = int(records[-1]["seq"])
+            status.update(f"reading events from the API: {len(out):,} so far")
 
 
 def _print_table(console: Console, chosen: list[Any], limit: float) -> None:

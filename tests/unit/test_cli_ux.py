@@ -484,3 +484,20 @@ def test_a_missed_benchmark_target_on_a_loaded_machine_carries_a_caution(monkeyp
     assert bench.verdict(False).startswith("MISSED (caution: load average 7.6 on 2 cores")
     monkeypatch.setattr(bench.os, "getloadavg", lambda: (0.4, 0.5, 0.5))
     assert bench.verdict(False) == "MISSED"
+
+
+def test_reading_a_long_event_stream_reports_progress_and_keeps_json_output_clean(tmp_path, capsys):
+    from gpuplane.report.events import PROGRESS_EVERY, read_events
+
+    path = tmp_path / "events.jsonl"
+    lines = [
+        json.dumps({"time": i, "kind": "admit", "reason": "admitted_within_nominal", "team": "a", "job": f"j{i}"})
+        + "\n"
+        for i in range(2 * PROGRESS_EVERY + 5)
+    ]
+    path.write_text("".join(lines))
+    seen: list[int] = []
+    assert len(list(read_events(path, seen.append))) == len(lines)
+    assert seen == [sum(map(len, lines[:PROGRESS_EVERY])), sum(map(len, lines[: 2 * PROGRESS_EVERY]))]
+    code, out, _ = run(["events", "--from", str(path), "--json", "--job", "j7"], capsys)
+    assert code == 0 and [json.loads(line)["job"] for line in out.splitlines()] == ["j7"]

@@ -59,7 +59,7 @@ def test_a_preempted_then_finished_job_carries_its_runs_cost_with_the_lost_work_
     view = job_view(gang)
     assert view["usage"]["cost"] == pytest.approx(8 * 166 / 3600 * TRAIN_GPU_HOUR)
     console = Console(width=200, record=True)
-    console.print(jobs_table([view, job_view(cp.jobs["urgent"])]))
+    console.print(jobs_table([view, job_view(cp.jobs["urgent"])], now=0.0, wide=True))
     text = console.export_text()
     assert f"{gang.usage['cost']:,.2f} ({gang.usage['lost_cost']:,.2f} lost)" in text
 
@@ -99,5 +99,5 @@ def test_a_job_that_never_ran_costs_nothing_and_shows_no_cost(tmp_path: Path) ->
     assert cp.jobs["waiting"].state is JobState.PENDING
     assert cp.jobs["waiting"].usage == {}
     console = Console(width=200, record=True)
-    console.print(jobs_table([job_view(cp.jobs["waiting"])]))
+    console.print(jobs_table([job_view(cp.jobs["waiting"])], now=0.0, wide=True))
     assert " - " in console.export_text()

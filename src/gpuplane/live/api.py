@@ -266,7 +266,9 @@ def create_app(
                 raise
             accepted = existing
         status = 201 if accepted is job else 200
-        return JSONResponse(job_view(accepted), status_code=status)
+        with control.lock:
+            view = job_view(accepted, control.estimated_start(accepted))
+        return JSONResponse(view, status_code=status)
 
     @app.get("/v1/jobs")
     def list_jobs(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -31,8 +31,12 @@ class StreamEvent:
     policy: str | None
 
 
-def read_events(path: Path) -> Iterator[StreamEvent]:
-    """Every event of a JSON lines file, in order; a line that is not an event stops with its line number."""
+PROGRESS_EVERY = 10_000
+
+
+def read_events(path: Path, on_progress: Callable[[int], None] | None = None) -> Iterator[StreamEvent]:
+    """Every event of a JSON lines file, in order; a line that is not an event stops with its line number.
+    ``on_progress`` is told the characters read so far every ``PROGRESS_EVERY`` lines (a progress bar)."""
     try:
         handle = path.open(encoding="utf-8")
     except OSError as exc:
@@ -41,9 +45,13 @@ def read_events(path: Path) -> Iterator[StreamEvent]:
             "gpuplane simulate --events wrote"
         ) from None
     number = 0
+    read = 0
     with handle:
         try:
             for number, line in enumerate(handle, 1):
+                read += len(line)
+                if on_progress is not None and number % PROGRESS_EVERY == 0:
+                    on_progress(read)
                 if line.strip():
                     yield _stream_event(path, number, line)
         except UnicodeDecodeError as exc:
