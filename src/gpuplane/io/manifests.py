@@ -14,6 +14,7 @@ _ORDER = (
     "tenancy.yaml",
     "priorityclasses.yaml",
     "kueue.yaml",
+    "gpu-operator.yaml",
     "karpenter.yaml",
     "karpenter-min-nodes.yaml",
     "cluster-autoscaler.yaml",
