@@ -145,14 +145,12 @@ def _principal(request: Request, authorization: Annotated[str | None, Header()] 
 
 
 def _scraper(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    who = _identify(request, authorization)
-    if not who.may_scrape:
-        raise HTTPException(403, "/metrics shows every team: use the admin token or auth.metrics_token")
-    return who
+    return _identify(request, authorization)
 
 
 Who = Annotated[Principal, Depends(_principal)]
 Scraper = Annotated[Principal, Depends(_scraper)]
+"""Anyone with a token may read /metrics: the admin and the metrics token every series, a team its own."""
 
 
 def shallow(value: Any, field: str) -> None:
@@ -390,7 +388,13 @@ def create_app(
         return Response(payload, status_code=status, media_type="application/json")
 
     @app.get("/metrics")
-    def prometheus(_who: Scraper) -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    def prometheus(who: Scraper) -> Response:
+        if who.may_scrape:
+            text = metrics.render()
+        else:
+            assert who.team is not None
+            own = {name for name, service in services.services.items() if service.team == who.team}
+            text = metrics.render_for_team(who.team, own)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

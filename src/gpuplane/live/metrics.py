@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from gpuplane.live.convert import gpus_asked, gpus_held
 from gpuplane.live.records import JobRecord, JobState
@@ -200,3 +203,33 @@ class Metrics:
     def render(self) -> bytes:
         """The exposition text of every metric."""
         return generate_latest(self.registry)
+
+    def render_for_team(self, team: str, services: set[str]) -> bytes:
+        """The exposition text a team may read: series labelled with its team or queue, or with one of its
+        ``services``, and the cluster-wide series that name no team, queue or service (pools, nodes, the
+        control loop). Another team's series are left out whole."""
+
+        def visible(labels: dict[str, str]) -> bool:
+            for key in ("team", "queue"):
+                if key in labels:
+                    return labels[key] == team
+            return labels["service"] in services if "service" in labels else True
+
+        return generate_latest(_Filtered(self.registry, visible))
+
+
+class _Filtered:
+    """A registry view keeping only the samples whose labels pass ``keep``."""
+
+    def __init__(self, registry: CollectorRegistry, keep: Callable[[dict[str, str]], bool]) -> None:
+        self._registry = registry
+        self._keep = keep
+
+    def collect(self) -> Iterator[Metric]:
+        """Each metric family with its kept samples (families left with none are dropped)."""
+        for family in self._registry.collect():
+            samples = [s for s in family.samples if self._keep(s.labels)]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept
