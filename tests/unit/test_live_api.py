@@ -149,3 +149,25 @@ def test_a_working_dir_must_be_absolute_and_outside_the_plane_data(tmp_path: Pat
         answer = client.post("/v1/jobs", json=job(working_dir=bad), headers=TEAM)
         assert answer.status_code == 422 and answer.json()["detail"]["field"] == "working_dir", (bad, answer.text)
     assert client.post("/v1/jobs", json=job(working_dir=str(tmp_path)), headers=TEAM).status_code == 201
+
+
+def test_a_team_token_reaches_only_its_own_jobs_logs_queue_and_events(tmp_path: Path) -> None:
+    product = {"Authorization": "Bearer product-secret-token-0"}
+    client = api(
+        tmp_path,
+        {ADMIN: "admin-secret-token-0", "research": "research-secret-token-0", "product": "product-secret-token-0"},
+    )
+    created = client.post("/v1/jobs", json=job(), headers=TEAM)
+    assert created.status_code == 201
+    job_id = created.json()["id"]
+    for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/logs", f"/v1/jobs/{job_id}/why"):
+        assert client.get(path, headers=product).status_code == 404, path
+        assert client.get(path, headers=TEAM).status_code == 200, path
+    assert client.delete(f"/v1/jobs/{job_id}", headers=product).status_code == 404
+    assert client.get("/v1/jobs", headers=product).json() == []
+    assert [q["queue"] for q in client.get("/v1/queues", headers=product).json()] == ["product"]
+    assert all(e.get("team") in (None, "product") for e in client.get("/v1/events", headers=product).json())
+    assert any(e.get("team") == "research" for e in client.get("/v1/events", headers=TEAM).json())
+    assert [j["id"] for j in client.get("/v1/jobs", headers=ADMIN_HEADERS).json()] == [job_id]
+    forged = client.post("/v1/jobs", json=job(team="research"), headers=product)
+    assert forged.status_code == 403
