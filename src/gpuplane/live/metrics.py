@@ -7,7 +7,6 @@ state after every tick. Every instance has its own registry, so several control 
 from __future__ import annotations
 
 from collections import defaultdict
-
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
