@@ -476,7 +476,7 @@ DESCRIPTION = """GPU scheduling and autoscaling: one policy file, one scheduler 
   policy      check, export kubernetes|volcano|slurm, demo
   simulate    simulate (training traces), simulate-serving (request traces), report costs, events
   scheduler   schedule, explain (one cycle on a snapshot file)
-  live plane  serve; submit, jobs, why, logs, cancel, queues, services (clients of its API)
+  live plane  serve; submit, jobs, why, logs, cancel, queues, services, shadow (clients of its API)
 
 'gpuplane COMMAND --help' lists a command's options. Invalid input exits 2 with the fix."""
 

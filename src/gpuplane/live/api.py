@@ -35,6 +35,7 @@ from gpuplane.live.limits import (
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.services import ServiceError, ServiceManager
+from gpuplane.live.shadow import ShadowPlane
 from gpuplane.live.store import DuplicateJob
 from gpuplane.policy.schema_base import Name
 
@@ -101,6 +102,7 @@ def job_view(job: JobRecord) -> dict[str, Any]:
         "placement": job.placement,
         "reason": job.reason,
         "service": job.service,
+        **({"shadow": True, "observed": job.observed} if job.shadow else {}),
     }
 
 
@@ -222,6 +224,7 @@ def create_app(
     def healthz() -> dict[str, Any]:
         return {
             "ok": True,
+            "mode": "shadow" if isinstance(control, ShadowPlane) else "enforce",
             "jobs": len(control.jobs),
             "last_tick": control.last_tick.now if control.last_tick else None,
         }
@@ -338,6 +341,16 @@ def create_app(
             }
             for e in control.store.events(after, limit, team, subject)
         ]
+
+    @app.get("/v1/shadow")
+    def shadow(who: Who) -> dict[str, Any]:
+        if not isinstance(control, ShadowPlane):
+            raise HTTPException(404, "this plane is not a shadow plane (gpuplane serve --shadow)")
+        report = control.comparison()
+        report["teams"] = [t for t in report["teams"] if who.may_access(t["team"])]
+        if not who.is_admin:
+            report["unmirrored"] = {}
+        return report
 
     @app.get("/v1/services")
     def list_services(who: Who) -> list[dict[str, Any]]:
