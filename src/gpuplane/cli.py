@@ -414,31 +414,42 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    """Compile the policy to Kubernetes manifests in a directory and list what the stack cannot express."""
-    from gpuplane.export import ExportOptions, export_kubernetes
+    """Compile the policy to another stack's files in a directory and list what the stack cannot express."""
+    from gpuplane.export import ExportBundle, ExportOptions, export_kubernetes
     from gpuplane.export.nodes import NodeClass
     from gpuplane.io.manifests import write_bundle
 
     policy = load_policy(args.policy)
-    group, _, rest = args.node_class.partition("/")
-    kind, _, name = rest.partition("/")
-    if not (group and kind and name):
-        print(
-            f"error: --node-class '{args.node_class}': expected GROUP/KIND/NAME, "
-            "e.g. karpenter.k8s.aws/EC2NodeClass/gpu",
-            file=sys.stderr,
+    bundle: ExportBundle
+    if args.target == "volcano":
+        from gpuplane.export.volcano import export_volcano
+
+        bundle = export_volcano(policy)
+    elif args.target == "slurm":
+        from gpuplane.export.slurm import export_slurm
+
+        bundle = export_slurm(policy)
+    else:
+        group, _, rest = args.node_class.partition("/")
+        kind, _, name = rest.partition("/")
+        if not (group and kind and name):
+            print(
+                f"error: --node-class '{args.node_class}': expected GROUP/KIND/NAME, "
+                "e.g. karpenter.k8s.aws/EC2NodeClass/gpu",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
+        options = ExportOptions(
+            node_autoscaler=args.node_autoscaler,
+            inference_autoscaler=args.inference_autoscaler,
+            serving_metrics=args.serving_metrics,
+            prometheus_url=args.prometheus_url,
+            node_class=NodeClass(group, kind, name),
+            karpenter_min_nodes=args.karpenter_min_nodes,
+            gpu_share_replicas=args.gpu_share_replicas,
         )
-        return EXIT_INVALID
-    options = ExportOptions(
-        node_autoscaler=args.node_autoscaler,
-        inference_autoscaler=args.inference_autoscaler,
-        serving_metrics=args.serving_metrics,
-        prometheus_url=args.prometheus_url,
-        node_class=NodeClass(group, kind, name),
-        karpenter_min_nodes=args.karpenter_min_nodes,
-    )
-    bundle = export_kubernetes(policy, options)
-    written = write_bundle(bundle, args.output, policy.name)
+        bundle = export_kubernetes(policy, options)
+    written = write_bundle(bundle, args.output, policy.name, args.target)
     kinds: dict[str, int] = {}
     for manifest in bundle.manifests:
         if manifest.kind:
@@ -511,10 +522,10 @@ def cmd_report_costs(args: argparse.Namespace, console: Console) -> int:
 
 DESCRIPTION = """GPU scheduling and autoscaling: one policy file, one scheduler core, a simulator, a live plane.
 
-  policy      check, export kubernetes, demo
+  policy      check, export kubernetes|volcano|slurm, demo
   simulate    simulate (training traces), simulate-serving (request traces), report costs, events
   scheduler   schedule, explain (one cycle on a snapshot file)
-  live plane  serve; submit, jobs, why, logs, cancel, queues, services (clients of its API)
+  live plane  serve; submit, jobs, why, logs, cancel, queues, services, shadow (clients of its API)
 
 'gpuplane COMMAND --help' lists a command's options. Invalid input exits 2 with the fix."""
 
@@ -652,42 +663,52 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--html", help="write a report with plots to this HTML file")
     serving.set_defaults(func=cmd_simulate_serving)
     export = sub.add_parser("export", help="compile the policy to another stack")
-    export.add_argument("target", choices=("kubernetes",), help="the stack to compile to")
+    export.add_argument(
+        "target",
+        choices=("kubernetes", "volcano", "slurm"),
+        help="the stack to compile to: kubernetes (Kueue, Karpenter, GPU Operator, KEDA...), volcano, slurm",
+    )
     export.add_argument("policy", help="the policy file (YAML)")
     export.add_argument("-o", "--output", required=True, help="directory for the manifests (created if missing)")
     export.add_argument(
         "--node-autoscaler",
         choices=("karpenter", "cluster-autoscaler"),
         default="karpenter",
-        help="what provisions GPU nodes (default karpenter)",
+        help="kubernetes: what provisions GPU nodes (default karpenter)",
     )
     export.add_argument(
         "--inference-autoscaler",
         choices=("keda", "hpa"),
         default="keda",
-        help="what scales the inference services' replicas (default keda)",
+        help="kubernetes: what scales the inference services' replicas (default keda)",
     )
     export.add_argument(
         "--serving-metrics",
         choices=("vllm", "tgi"),
         default="vllm",
-        help="metric names of the inference servers (default vllm)",
+        help="kubernetes: metric names of the inference servers (default vllm)",
     )
     export.add_argument(
         "--prometheus-url",
         default="http://prometheus-operated.monitoring.svc:9090",
-        help="Prometheus the KEDA triggers query",
+        help="kubernetes: Prometheus the KEDA triggers query",
     )
     export.add_argument(
         "--node-class",
         default="karpenter.k8s.aws/EC2NodeClass/gpu",
-        help="GROUP/KIND/NAME of the Karpenter node class (default karpenter.k8s.aws/EC2NodeClass/gpu)",
+        help="kubernetes: GROUP/KIND/NAME of the Karpenter node class (default karpenter.k8s.aws/EC2NodeClass/gpu)",
     )
     export.add_argument(
         "--karpenter-min-nodes",
         choices=("static", "placeholder"),
         default="static",
-        help="min_nodes as static NodePools (Karpenter's StaticCapacity gate) or as placeholder pods (default static)",
+        help="kubernetes: min_nodes as static NodePools (StaticCapacity gate) or placeholder pods (default static)",
+    )
+    export.add_argument(
+        "--gpu-share-replicas",
+        type=number(2, 64, whole=True),
+        default=4,
+        help="kubernetes: time slices per GPU on pools with gpu_sharing, in the device plugin config (default 4)",
     )
     export.add_argument("--strict", action="store_true", help="exit 2 when any policy feature is not exactly expressed")
     export.set_defaults(func=cmd_export)

@@ -34,6 +34,8 @@ def cmd_events(args: argparse.Namespace, console: Console) -> int:
         until=parse_time(args.until, last, start) if args.until else None,
     )
     chosen = select(stream, query, args.sim_policy)
+    if args.shadow is not None:
+        chosen = [s for s in chosen if (s.event.figures.get("shadow") is True) == args.shadow]
     if args.kubernetes:
         if not args.policy:
             raise ReportError("--kubernetes needs --policy POLICY.yaml (the teams' namespaces come from it)")
@@ -139,6 +141,13 @@ def add_events_command(sub: Any) -> None:
     events.add_argument("--start", help="the simulated trace's wall-clock start (ISO 8601), for times and Events")
     events.add_argument(
         "--limit", type=number(0, whole=True), default=200, help="table rows to show, the latest (0: all)"
+    )
+    shadow = events.add_mutually_exclusive_group()
+    shadow.add_argument(
+        "--shadow", dest="shadow", action="store_const", const=True, help="only a shadow plane's would-be decisions"
+    )
+    shadow.add_argument(
+        "--no-shadow", dest="shadow", action="store_const", const=False, help="only decisions a plane carried out"
     )
     events.add_argument("--json", action="store_true", help="print the selected events as JSON lines")
     events.add_argument("--kubernetes", metavar="FILE", help="write the selected events as Kubernetes Events (YAML)")

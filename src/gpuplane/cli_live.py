@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from gpuplane.cli_args import number
-from gpuplane.cli_tables import jobs_table, queues_table, services_table, start_time
+from gpuplane.cli_tables import jobs_table, queues_table, services_table, shadow_table, start_time
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.records import JobState
 from gpuplane.scheduler.estimate import format_wait
@@ -32,6 +32,7 @@ FINISHED_STATES = frozenset(s.value for s in JobState if s.finished)
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     """Run the control plane until interrupted."""
     from gpuplane.live.auth import AuthConfigError
+    from gpuplane.live.modes import PlaneModeError
     from gpuplane.live.server import ServeOptions, run
     from gpuplane.live.store import StoreError
 
@@ -46,13 +47,18 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         tick_s=args.tick_s,
         generate_tokens=not args.no_generate_tokens,
         event_retention_days=args.event_retention_days,
+        shadow=args.shadow,
+        observe_ray_jobs=args.observe_ray_jobs,
     )
+    if args.observe_ray_jobs and not args.shadow:
+        print("error: --observe-ray-jobs needs --shadow (a real plane runs its own jobs)", file=sys.stderr)
+        return 2
     console.print(
         f"gpuplane control plane on http://{args.host}:{args.port} (API docs at /docs), data in {args.data_dir}"
     )
     try:
         run(policy, options, args.host, args.port)
-    except (AuthConfigError, StoreError) as exc:
+    except (AuthConfigError, StoreError, PlaneModeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -121,6 +127,21 @@ def cmd_queues(args: argparse.Namespace, console: Console) -> int:
 def cmd_services(args: argparse.Namespace, console: Console) -> int:
     """The inference services this token may see: replicas wanted and running, revision, last scaling reason."""
     return _show(args, console, _client(args).get("/v1/services"), services_table, "no services")
+
+
+def cmd_shadow(args: argparse.Namespace, console: Console) -> int:
+    """A shadow plane's would-be decisions against what really ran, per team (``GET /v1/shadow``)."""
+    report = _client(args).get("/v1/shadow")
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    if report["teams"]:
+        console.print(shadow_table(report["teams"]))
+    else:
+        console.print("no mirrored jobs yet")
+    for key, problem in report.get("unmirrored", {}).items():
+        console.print(f"not mirrored: {key}: {problem}", highlight=False)
+    return 0
 
 
 def cmd_why(args: argparse.Namespace, console: Console) -> int:
@@ -198,6 +219,16 @@ def add_live_commands(sub: Any) -> None:
         default=30.0,
         help="keep events in the store this long; all are in DATA_DIR/events.jsonl (default 30)",
     )
+    serve.add_argument(
+        "--shadow",
+        action="store_true",
+        help="decide every tick and record the decisions as events marked shadow; start, stop or scale nothing",
+    )
+    serve.add_argument(
+        "--observe-ray-jobs",
+        metavar="DASHBOARD_URL",
+        help="with --shadow: mirror the Ray jobs labelled gpuplane.io/team and compare with their real starts",
+    )
     serve.set_defaults(func=cmd_serve)
 
     def client_args(p: argparse.ArgumentParser) -> None:
@@ -253,6 +284,10 @@ def add_live_commands(sub: Any) -> None:
     client_args(services)
     json_arg(services)
     services.set_defaults(func=cmd_services)
+    shadow = sub.add_parser("shadow", help="a shadow plane's would-be decisions against what really ran, per team")
+    client_args(shadow)
+    json_arg(shadow)
+    shadow.set_defaults(func=cmd_shadow)
     why = sub.add_parser("why", help="why is my job pending (or running, or preempted)?")
     client_args(why)
     why.add_argument("job", help="the job's id (gpuplane jobs lists them)")

@@ -177,3 +177,37 @@ def services_table(services: list[dict[str, Any]]) -> Table:
             reason,
         )
     return out
+
+
+def shadow_table(teams: list[dict[str, Any]]) -> Table:
+    """One row per team of a shadow plane: mirrored jobs, would-be admissions and preemptions, jobs still
+    waiting in the shadow, real starts, real starts the shadow had not admitted, and the median lead (real start
+    minus would-be admission, seconds; positive: the policy would have started the job sooner)."""
+    out = table(
+        None,
+        [
+            Column("team", overflow="fold", ratio=1),
+            *(
+                Column(h, justify="right", no_wrap=True)
+                for h in ("jobs", "admit", "preempt", "wait", "real", "real only", "lead p50 s")
+            ),
+        ],
+    )
+    for t in teams:
+        lead = t.get("lead_s_p50")
+        out.add_row(
+            str(t["team"]),
+            *(
+                str(t.get(k, ""))
+                for k in (
+                    "jobs",
+                    "shadow_admitted",
+                    "shadow_preemptions",
+                    "shadow_pending",
+                    "real_started",
+                    "real_only",
+                )
+            ),
+            "" if lead is None else f"{lead:,.1f}",
+        )
+    return out

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,3 +169,76 @@ def test_sigterm_stops_the_plane_with_its_embedded_cluster_and_jobs(tmp_path: Pa
     finally:
         if plane.poll() is None:
             plane.kill()
+
+
+LEDGER_JOB = """
+import fcntl, os, sys, time
+ledger, seconds = sys.argv[1], float(sys.argv[2])
+job, attempt = os.environ["GPUPLANE_JOB_ID"], os.environ["GPUPLANE_ATTEMPT"]
+lock = open(os.path.join(ledger, job + ".lock"), "a")
+try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    open(os.path.join(ledger, "DUPLICATES"), "a").write(f"{job} attempt {attempt}\\n")
+    sys.exit(3)
+open(os.path.join(ledger, "runs.log"), "a").write(f"start {job} {attempt}\\n")
+time.sleep(seconds)
+open(os.path.join(ledger, "runs.log"), "a").write(f"end {job} {attempt}\\n")
+"""
+
+
+def test_sigkill_of_the_plane_with_its_embedded_cluster_never_runs_a_job_twice(tmp_path: Path) -> None:
+    """The embedded cluster dies with the plane, but its jobs' processes may not: the restarted plane kills what
+    is left of each attempt (pid files) before it requeues the job, so no attempt 2 starts while attempt 1 runs.
+    Every job holds an exclusive lock on its own file while it runs: a second run at once is recorded."""
+    ledger = Path(tempfile.mkdtemp(prefix="gpuplane-ledger-"))
+    script = ledger / "ledger_job.py"
+    script.write_text(LEDGER_JOB)
+    db = f"sqlite:///{tmp_path / 'gpuplane.db'}"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    headers = {"Authorization": f"Bearer {TOKENS['research']}"}
+    first = serve(None, tmp_path, db, port)
+    try:
+        wait_for(lambda: up(url), 90, "the control plane to answer")
+        c = httpx.Client(base_url=url, headers=headers, timeout=30)
+        body = {"entrypoint": [sys.executable, str(script), str(ledger), "12"], "gpus_per_pod": 2}
+        responses = [c.post("/v1/jobs", json={**body, "name": f"j{n}", "working_dir": str(ledger)}) for n in range(3)]
+        assert all(r.status_code == 201 for r in responses), [r.text for r in responses]
+        jobs = [r.json() for r in responses]
+        wait_for(
+            lambda: (ledger / "runs.log").exists() and (ledger / "runs.log").read_text().count("start") >= 3,
+            90,
+            "3 runs",
+        )
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    second = serve(None, tmp_path, db, port)
+    try:
+        wait_for(lambda: up(url), 120, "the restarted control plane to answer")
+        c = httpx.Client(base_url=url, headers=headers, timeout=30)
+        done = wait_for(
+            lambda: (
+                all(c.get(f"/v1/jobs/{job['id']}").json()["state"] in ("succeeded", "failed") for job in jobs)
+                and [c.get(f"/v1/jobs/{job['id']}").json() for job in jobs]
+            ),
+            180,
+            "every job to finish under the restarted plane",
+        )
+        assert not (ledger / "DUPLICATES").exists(), (ledger / "DUPLICATES").read_text()
+        assert all(j["state"] == "succeeded" for j in done), [j["reason"] for j in done]
+        runs = (ledger / "runs.log").read_text().splitlines()
+        for job in jobs:
+            mine = [line for line in runs if line.split()[1] == job["id"]]
+            assert mine.count(f"end {job['id']} 2") == 1, "attempt 2 ran to its end, once"
+            if f"end {job['id']} 1" in mine:
+                assert mine.index(f"end {job['id']} 1") < mine.index(f"start {job['id']} 2"), "never at once"
+            reasons = [e["reason"] for e in c.get("/v1/events", params={"subject": job["id"]}).json()]
+            assert "lost_on_restart" in reasons
+    finally:
+        second.send_signal(signal.SIGTERM)
+        try:
+            second.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            second.kill()

@@ -187,7 +187,7 @@ def test_cluster_autoscaler_node_groups_carry_bounds_labels_and_scale_down_optio
     assert spot[f"{prefix}/autoscaling-options/scaledownunneededtime"] == "300s"
     training = groups["training-h100"]["tags"]
     assert training[f"{prefix}/autoscaling-options/scaledowngpuutilizationthreshold"] == "0.01"
-    (expander,) = bundle.of_kind("ConfigMap")[:1]
+    (expander,) = kind_of(bundle, "ConfigMap", "cluster-autoscaler-priority-expander")
     priorities = yaml.safe_load(expander["data"]["priorities"])
     top = max(priorities)
     assert priorities[top] == [".*spot-a100.*"]

@@ -1,5 +1,5 @@
 """The API refuses what it cannot handle with 4xx naming the field, never 500: unbounded numbers, huge or
-deeply nested bodies, NUL bytes, malformed tokens; /metrics needs the admin or the metrics token."""
+deeply nested bodies, NUL bytes, malformed tokens; /metrics needs a token, and a team's shows only its labels."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ ADMIN_HEADERS = {"Authorization": "Bearer admin-secret-token-0"}
 
 
 def api(tmp_path: Path, tokens: dict[str, str] | None = None) -> TestClient:
+    return api_and_metrics(tmp_path, tokens)[0]
+
+
+def api_and_metrics(tmp_path: Path, tokens: dict[str, str] | None = None) -> tuple[TestClient, Metrics]:
     policy = load_policy(str(POLICY))
     ids = (f"j{n}" for n in itertools.count())
     control = ControlPlane(
@@ -34,7 +38,7 @@ def api(tmp_path: Path, tokens: dict[str, str] | None = None) -> TestClient:
         tokens
         or {ADMIN: "admin-secret-token-0", MONITOR: "metrics-secret-token-0", "research": "research-secret-token-0"}
     )
-    return TestClient(create_app(control, table, metrics, ServiceManager(control, metrics)))
+    return TestClient(create_app(control, table, metrics, ServiceManager(control, metrics))), metrics
 
 
 def test_the_api_answers_401_to_unicode_whitespace_even_if_a_token_were_empty(tmp_path: Path) -> None:
@@ -107,13 +111,26 @@ def test_huge_or_deeply_nested_bodies_are_refused_before_parsing(tmp_path: Path)
     assert answer.status_code == 422 and answer.json()["detail"]["field"] == "body"
 
 
-def test_metrics_need_the_admin_or_the_metrics_token(tmp_path: Path) -> None:
-    client = api(tmp_path)
+def test_metrics_need_a_token_and_a_team_token_sees_only_its_own_labels(tmp_path: Path) -> None:
+    client, metrics = api_and_metrics(tmp_path)
+    for team in ("research", "product"):
+        metrics.team_gpus.labels(team).set(3)
+        metrics.pending_jobs.labels(team).set(1)
+        metrics.inference_replicas.labels(f"{team}-svc", "ready").set(2)
+    metrics.gpus_total.labels("train").set(8)
     assert client.get("/metrics").status_code == 401
-    assert client.get("/metrics", headers=TEAM).status_code == 403
-    assert client.get("/metrics", headers=ADMIN_HEADERS).status_code == 200
+    mine = client.get("/metrics", headers=TEAM)
+    assert mine.status_code == 200
+    assert 'gpuplane_team_gpus_allocated{team="research"}' in mine.text
+    assert 'gpuplane_queue_pending_jobs{queue="research"}' in mine.text
+    assert 'gpuplane_pool_gpus{pool="train"}' in mine.text, "cluster-wide series carry no team"
+    assert "product" not in mine.text, "another team's series (team, queue or service label) are left out"
+    assert 'service="research-svc"' not in mine.text, "a service the team does not own is left out"
+    everything = client.get("/metrics", headers=ADMIN_HEADERS)
+    assert everything.status_code == 200 and 'team="product"' in everything.text
     scraper = {"Authorization": "Bearer metrics-secret-token-0"}
-    assert "gpuplane_pool_gpus" in client.get("/metrics", headers=scraper).text
+    scraped = client.get("/metrics", headers=scraper).text
+    assert "gpuplane_pool_gpus" in scraped and 'service="product-svc"' in scraped
     assert client.get("/v1/jobs", headers=scraper).status_code == 403, "the metrics token reads /metrics only"
 
 
@@ -132,3 +149,25 @@ def test_a_working_dir_must_be_absolute_and_outside_the_plane_data(tmp_path: Pat
         answer = client.post("/v1/jobs", json=job(working_dir=bad), headers=TEAM)
         assert answer.status_code == 422 and answer.json()["detail"]["field"] == "working_dir", (bad, answer.text)
     assert client.post("/v1/jobs", json=job(working_dir=str(tmp_path)), headers=TEAM).status_code == 201
+
+
+def test_a_team_token_reaches_only_its_own_jobs_logs_queue_and_events(tmp_path: Path) -> None:
+    product = {"Authorization": "Bearer product-secret-token-0"}
+    client = api(
+        tmp_path,
+        {ADMIN: "admin-secret-token-0", "research": "research-secret-token-0", "product": "product-secret-token-0"},
+    )
+    created = client.post("/v1/jobs", json=job(), headers=TEAM)
+    assert created.status_code == 201
+    job_id = created.json()["id"]
+    for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/logs", f"/v1/jobs/{job_id}/why"):
+        assert client.get(path, headers=product).status_code == 404, path
+        assert client.get(path, headers=TEAM).status_code == 200, path
+    assert client.delete(f"/v1/jobs/{job_id}", headers=product).status_code == 404
+    assert client.get("/v1/jobs", headers=product).json() == []
+    assert [q["queue"] for q in client.get("/v1/queues", headers=product).json()] == ["product"]
+    assert all(e.get("team") in (None, "product") for e in client.get("/v1/events", headers=product).json())
+    assert any(e.get("team") == "research" for e in client.get("/v1/events", headers=TEAM).json())
+    assert [j["id"] for j in client.get("/v1/jobs", headers=ADMIN_HEADERS).json()] == [job_id]
+    forged = client.post("/v1/jobs", json=job(team="research"), headers=product)
+    assert forged.status_code == 403

@@ -167,7 +167,8 @@ def test_preemption_signals_waits_the_grace_period_then_requeues_with_the_checkp
     assert gang.preemptions == 1 and gang.placement is None
     assert gang.last_checkpoint_time == clock.now - 11 and gang.attained_gpu_s == pytest.approx(8 * 66)
     reasons = [e.reason for e in cp.store.events(subject="gang")]
-    assert "preempted_for_higher_priority" in reasons and reasons[-1] == "requeued_after_preemption"
+    assert "preempted_for_higher_priority" in reasons
+    assert reasons[-2:] == ["requeued_after_preemption", "cohort_quota_exhausted"], "requeued, then why it waits"
 
 
 def test_a_job_whose_node_disappears_is_requeued(tmp_path: Path) -> None:
@@ -383,3 +384,21 @@ def test_a_team_kept_from_its_nominal_quota_waits_for_reclaim_and_the_gauge_show
     clock.now += 3600
     cp.tick()  # now old enough: reclaimed
     assert engine.signalled == ["borrower"]
+
+
+def test_a_pending_jobs_wait_reason_is_an_event_each_time_it_changes(tmp_path: Path) -> None:
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock)
+    cp.submit(job("big", pods=2))
+    cp.tick()
+    cp.submit(job("waiter", gpus=4))
+    for _ in range(3):
+        cp.tick()
+    waits = [e for e in cp.store.events(subject="waiter") if e.details.get("decision") == "wait"]
+    assert [(e.reason, e.details["previous"]) for e in waits] == [("cohort_quota_exhausted", None)], (
+        "once, not per tick"
+    )
+    engine.phase["big"] = RunStatus(RunPhase.EXITED, exit_code=0)
+    cp.tick()
+    cp.tick()
+    assert cp.jobs["waiter"].state is JobState.ADMITTED and cp.jobs["waiter"].wait_reason is None

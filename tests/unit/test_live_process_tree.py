@@ -85,3 +85,29 @@ def test_exit_codes_and_the_checkpoint_signal_pass_through(tmp_path: Path) -> No
     assert sleeper.wait(timeout=10) == -signal.SIGTERM
     with pytest.raises(FileNotFoundError, match=r"trian\.py"):
         start_entrypoint(["./trian.py"], {}, tmp_path, tmp_path / "c.log")
+
+
+def test_starting_a_rank_again_does_not_start_its_entrypoint_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted plane sends the start call again to the actors it re-attaches (the dead plane's call may never
+    have run); the entrypoint must start once (two processes used to start, or none when the call was lost)."""
+    import ray
+
+    from gpuplane.live.actors import JobRank
+
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [0])
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "127.0.0.1")
+    marker = tmp_path / "starts"
+    code = f"import time; open({str(marker)!r}, 'a').write('x'); time.sleep(30)"
+    rank = JobRank([sys.executable, "-c", code], {}, str(tmp_path), str(tmp_path / "rank-0.log"))
+    try:
+        first = rank.start()
+        second = rank.start()
+        deadline = time.monotonic() + 10
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert second == first and marker.read_text() == "x", "one entrypoint process"
+    finally:
+        rank.kill()

@@ -9,6 +9,7 @@ from typing import Literal
 from gpuplane.export.accounting_rules import add_accounting_rules
 from gpuplane.export.alerts import emit_rules
 from gpuplane.export.core import emit_core, kueue_configuration
+from gpuplane.export.gpu_operator import DEFAULT_SHARE_REPLICAS, emit_gpu_operator
 from gpuplane.export.grafana import dashboard
 from gpuplane.export.inference import SERVING_METRICS, emit_hpa, emit_keda
 from gpuplane.export.kueue import emit_kueue
@@ -35,6 +36,7 @@ class ExportOptions:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     node_class: NodeClass = field(default_factory=NodeClass)
     karpenter_min_nodes: Literal["static", "placeholder"] = "static"
+    gpu_share_replicas: int = DEFAULT_SHARE_REPLICAS
 
 
 def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) -> ExportBundle:
@@ -50,6 +52,7 @@ def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) 
     emit_tenancy(view, bundle)
     emit_kueue(view, bundle, provisioning=options.node_autoscaler == "cluster-autoscaler")
     bundle.add(KUEUE_CONFIG_FILE, kueue_configuration(view))
+    emit_gpu_operator(view, bundle, options.gpu_share_replicas)
     if options.node_autoscaler == "karpenter":
         static = options.karpenter_min_nodes == "static"
         emit_karpenter(view, bundle, options.node_class, static_min_nodes=static)
@@ -58,7 +61,7 @@ def export_kubernetes(policy: PolicySpec, options: ExportOptions | None = None) 
         if autoscaled_flavors(view):
             karpenter_admission_warning(bundle)
     else:
-        emit_cluster_autoscaler(view, bundle)
+        emit_cluster_autoscaler(view, bundle, options.gpu_share_replicas)
     emit_services(view, bundle)
     if options.inference_autoscaler == "keda":
         emit_keda(view, bundle, metrics, options.prometheus_url)

@@ -11,6 +11,11 @@ MAX_USER_PRIORITY = 1_000_000_000
 
 def emit_core(view: PolicyView, bundle: ExportBundle) -> None:
     """Namespaces and ResourceQuotas per team, PriorityClasses per tier."""
+    _namespaces_and_quotas(view, bundle)
+    emit_priority_classes(view, bundle)
+
+
+def _namespaces_and_quotas(view: PolicyView, bundle: ExportBundle) -> None:
     for team in view.policy.teams:
         ns = view.namespace(team.name)
         bundle.add(
@@ -26,8 +31,13 @@ def emit_core(view: PolicyView, bundle: ExportBundle) -> None:
                 "spec": {"hard": quota_hard(view, team)},
             },
         )
+
+
+def emit_priority_classes(view: PolicyView, bundle: ExportBundle, note: str = "Kueue") -> None:
+    """A PriorityClass per tier (the policy's default tier is the global default); ``note`` names the
+    queueing system that decides queue-level preemption with it."""
     default = view.policy.default_priority
-    for _index, tier in enumerate(view.policy.priorities):
+    for tier in view.policy.priorities:
         if abs(tier.value) > MAX_USER_PRIORITY:
             bundle.warn(
                 f"priorities[{tier.name}].value",
@@ -42,8 +52,12 @@ def emit_core(view: PolicyView, bundle: ExportBundle) -> None:
             "value": max(-MAX_USER_PRIORITY, min(MAX_USER_PRIORITY, tier.value)),
             "globalDefault": tier.name == default,
             "preemptionPolicy": "PreemptLowerPriority" if tier.may_preempt else "Never",
-            "description": f"gpuplane tier '{tier.name}'; Kueue decides queue-level preemption with the "
-            "WorkloadPriorityClass of the same name",
+            "description": f"gpuplane tier '{tier.name}'; "
+            + (
+                "Kueue decides queue-level preemption with the WorkloadPriorityClass of the same name"
+                if note == "Kueue"
+                else f"{note} orders and preempts jobs by it"
+            ),
         }
         bundle.add("priorityclasses.yaml", body)
 

@@ -58,10 +58,18 @@ class ExportBundle:
 
     manifests: list[Manifest] = field(default_factory=list)
     warnings: list[ExportWarning] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    """Files that are not YAML objects (slurm.conf, scripts), by name, written as they are."""
 
     def add(self, file: str, *bodies: Obj) -> None:
         """Append objects destined for ``file``."""
         self.manifests.extend(Manifest(file, body) for body in bodies)
+
+    def add_text(self, file: str, text: str) -> None:
+        """Add a file written verbatim (one per name)."""
+        if file in self.texts:
+            raise ValueError(f"{file} is already in the bundle")
+        self.texts[file] = text
 
     def warn(self, field_path: str, feature: str, why: str, effect: Literal["approximated", "dropped"]) -> None:
         """Record a feature that did not translate exactly."""

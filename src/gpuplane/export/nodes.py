@@ -9,8 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuplane.export.gpu_operator import DEFAULT_SHARE_REPLICAS, operator_node_labels
+from gpuplane.export.mig_layout import mig_layout
 from gpuplane.export.model import ExportBundle, Obj
-from gpuplane.export.view import FLAVOR_LABEL, GPU, POOL_LABEL, PolicyView, metadata, pool_taints, seconds, taint_body
+from gpuplane.export.view import (
+    FLAVOR_LABEL,
+    GPU,
+    POOL_LABEL,
+    PolicyView,
+    metadata,
+    mig_resource,
+    pool_taints,
+    seconds,
+    taint_body,
+)
 from gpuplane.policy.schema import PoolSpec
 
 KARPENTER_API = "karpenter.sh/v1"
@@ -44,7 +56,7 @@ def _hosts_nonpreemptible(view: PolicyView, pool: PoolSpec) -> bool:
 
 
 def _node_labels(pool: PoolSpec) -> dict[str, str]:
-    return {**pool.labels, POOL_LABEL: pool.name, FLAVOR_LABEL: pool.flavor_name}
+    return {**pool.labels, POOL_LABEL: pool.name, FLAVOR_LABEL: pool.flavor_name, **operator_node_labels(pool)}
 
 
 def emit_karpenter(view: PolicyView, bundle: ExportBundle, node_class: NodeClass, static_min_nodes: bool) -> None:
@@ -167,9 +179,24 @@ def _pool_warnings(bundle: ExportBundle, field: str, pool: PoolSpec, protect: bo
         )
 
 
-def emit_cluster_autoscaler(view: PolicyView, bundle: ExportBundle) -> None:
+def _template_resources(view: PolicyView, pool: PoolSpec, share_replicas: int) -> dict[str, int]:
+    """The GPU resources a node of the pool advertises once the GPU Operator has set it up: whole GPUs (times
+    the time-slicing replicas on shared pools) and the MIG slices of its layout."""
+    layout = mig_layout(view, pool)
+    replicas = share_replicas if pool.gpu_sharing else 1
+    if layout is None:
+        return {GPU: pool.gpus_per_node * replicas}
+    out = {GPU: len(layout.whole) * replicas}
+    out.update({mig_resource(b.profile): b.slices * replicas for b in layout.blocks})
+    return out
+
+
+def emit_cluster_autoscaler(
+    view: PolicyView, bundle: ExportBundle, share_replicas: int = DEFAULT_SHARE_REPLICAS
+) -> None:
     """Node groups for Cluster Autoscaler: a priority-expander ConfigMap (cheapest GPU first) and, per pool,
-    the --nodes flag and the node-group tags that give labels, taints, GPUs and scale-down options."""
+    the --nodes flag and the node-group tags that give labels, taints, GPU resources (as the GPU Operator will
+    advertise them, so groups scale from zero for MIG slices and shares too) and scale-down options."""
     priorities: dict[int, list[str]] = {}
     for name, rank in _price_ranks(view.policy.pools, top=100).items():
         priorities.setdefault(rank, []).append(f".*{name}.*")
@@ -189,7 +216,8 @@ def emit_cluster_autoscaler(view: PolicyView, bundle: ExportBundle) -> None:
         protect = _hosts_nonpreemptible(view, pool) or pool.capacity_type == "reserved"
         tags = {f"{prefix}/label/{k}": v for k, v in _node_labels(pool).items()}
         tags.update({f"{prefix}/taint/{t.key}": f"{t.value}:{t.effect}" for t in pool_taints(pool)})
-        tags[f"{prefix}/resources/{GPU}"] = str(pool.gpus_per_node)
+        for resource, count in _template_resources(view, pool, share_replicas).items():
+            tags[f"{prefix}/resources/{resource}"] = str(count)
         options = f"{prefix}/autoscaling-options"
         rules = pool.scale_down
         tags[f"{options}/scaledownunneededtime"] = seconds(rules.after_s) if rules.enabled else "8760h"

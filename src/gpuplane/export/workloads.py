@@ -39,7 +39,7 @@ def _node_selector(pools: list[PoolSpec]) -> dict[str, str]:
     return {FLAVOR_LABEL: flavors.pop()} if len(flavors) == 1 else {}
 
 
-def _place_on(pod_spec: Obj, pools: list[PoolSpec]) -> None:
+def place_on(pod_spec: Obj, pools: list[PoolSpec]) -> None:
     """Add the tolerations and node selector that let a pod land on ``pools`` (and only there, with one pool)."""
     tolerations = tolerations_for(pools)
     if tolerations:
@@ -49,7 +49,9 @@ def _place_on(pod_spec: Obj, pools: list[PoolSpec]) -> None:
         pod_spec["nodeSelector"] = selector
 
 
-def _requests(view: PolicyView, pools: list[PoolSpec], gpus: int, mig_profile: str | None) -> dict[str, str]:
+def pod_requests(view: PolicyView, pools: list[PoolSpec], gpus: int, mig_profile: str | None) -> dict[str, str]:
+    """A pod's requests: GPUs or one MIG slice, and 90 % of the CPU and memory that come with them on the
+    pools' flavor (the rest is left for the node's own daemons)."""
     shape = view.flavors[pools[0].flavor_name]
     if mig_profile is not None:
         per_slice = max(1, shape.mig_slices_per_gpu.get(mig_profile, 1))
@@ -61,7 +63,8 @@ def _requests(view: PolicyView, pools: list[PoolSpec], gpus: int, mig_profile: s
     return {"cpu": str(cpu), "memory": f"{memory}Gi", GPU: str(gpus)}
 
 
-def _pod_metadata(view: PolicyView, team: TeamSpec, klass: str, preemptible: bool) -> Obj:
+def pod_metadata(view: PolicyView, team: TeamSpec, klass: str, preemptible: bool) -> Obj:
+    """Team and class labels; non-preemptible pods are also marked so node autoscalers never evict them."""
     annotations = {}
     if not preemptible:
         annotations = {"karpenter.sh/do-not-disrupt": "true", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
@@ -123,7 +126,7 @@ def emit_examples(view: PolicyView, bundle: ExportBundle) -> None:
             if not spec.allow_spot:
                 pools = [p for p in pools if p.capacity_type != "spot"] or pools
             nodes = 2 if spec.gang else 1
-            pod_meta = _pod_metadata(view, team, klass, spec.preemptible)
+            pod_meta = pod_metadata(view, team, klass, spec.preemptible)
             if nodes > 1 and spec.topology in _TOPOLOGY_ANNOTATION:
                 pools = _gang_topology(view, bundle, team, klass, pools, pod_meta["annotations"])
             gpus = pools[0].gpus_per_node
@@ -132,14 +135,14 @@ def emit_examples(view: PolicyView, bundle: ExportBundle) -> None:
                 "image": DEFAULT_IMAGE,
                 "command": ["python", "train.py"],
                 "env": [{"name": "GPUPLANE_CHECKPOINT_DIR", "value": f"/checkpoints/{team.name}"}],
-                "resources": {"requests": _requests(view, pools, gpus, None), "limits": {GPU: str(gpus)}},
+                "resources": {"requests": pod_requests(view, pools, gpus, None), "limits": {GPU: str(gpus)}},
             }
             pod_spec: Obj = {
                 "restartPolicy": "Never",
                 "terminationGracePeriodSeconds": grace,
                 "containers": [container],
             }
-            _place_on(pod_spec, pools)
+            place_on(pod_spec, pools)
             job = {
                 "apiVersion": "batch/v1",
                 "kind": "Job",
@@ -181,9 +184,9 @@ def _service_objects(view: PolicyView, team: TeamSpec, service: ServiceSpec, poo
     ns = view.namespace(team.name)
     app = {"app.kubernetes.io/name": service.name}
     tier = service.priority or view.tier_of_class("inference")
-    requests = _requests(view, pools, service.gpus_per_replica, service.mig_profile)
+    requests = pod_requests(view, pools, service.gpus_per_replica, service.mig_profile)
     limits = {k: v for k, v in requests.items() if k.startswith("nvidia.com/")}
-    pod_meta = _pod_metadata(view, team, "inference", view.policy.workload_classes.inference.preemptible)
+    pod_meta = pod_metadata(view, team, "inference", view.policy.workload_classes.inference.preemptible)
     pod_meta["labels"].update(app)
     pod_spec: Obj = {
         "containers": [
@@ -210,7 +213,7 @@ def _service_objects(view: PolicyView, team: TeamSpec, service: ServiceSpec, poo
             }
         ],
     }
-    _place_on(pod_spec, pools)
+    place_on(pod_spec, pools)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -75,19 +75,28 @@ class JobRank:
         self._cwd = cwd
         self._log_path = log_path
         self._proc: subprocess.Popen[bytes] | None = None
+        self._info: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
-        """Start the entrypoint; returns the process id, the node address and the GPU ids Ray assigned."""
+        """Start the entrypoint; returns the process id, the node address and the GPU ids Ray assigned.
+
+        Idempotent: a second call returns what the first started, so a restarted control plane may call it on
+        an actor whose first call (from the plane that died) may or may not have run, and the entrypoint still
+        starts exactly once.
+        """
+        if self._info is not None:
+            return self._info
         import ray
 
         ray_gpus = ray.get_gpu_ids()
         self._proc = start_entrypoint(self._argv, self._env, Path(self._cwd), Path(self._log_path))
         node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-        return {
+        self._info = {
             "pid": self._proc.pid,
             "node_ip": node_ip,
             "ray_gpu_ids": [str(g) for g in ray_gpus],
         }
+        return self._info
 
     def poll(self) -> int | None:
         """The exit code, or None while it runs."""
@@ -145,9 +154,17 @@ class ServiceReplica:
         self._options = options
         self._slots = threading.Semaphore(concurrency)
         self._server: ThreadingHTTPServer | None = None
+        self._starting = threading.Lock()
+        self._info: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
-        """Bind a free port on the node's address and serve; returns the URL."""
+        """Bind a free port on the node's address and serve; returns the URL. Idempotent (see ``JobRank.start``)."""
+        with self._starting:
+            if self._info is None:
+                self._info = self._serve()
+            return self._info
+
+    def _serve(self) -> dict[str, Any]:
         import ray
 
         host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]

@@ -35,6 +35,7 @@ from gpuplane.live.limits import (
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.services import ServiceError, ServiceManager
+from gpuplane.live.shadow import ShadowPlane
 from gpuplane.live.store import DuplicateJob
 from gpuplane.policy.schema_base import Name
 
@@ -103,6 +104,7 @@ def job_view(job: JobRecord, estimated_start: dict[str, Any] | None = None) -> d
         "reason": job.reason,
         "service": job.service,
         "estimated_start": estimated_start,
+        **({"shadow": True, "observed": job.observed} if job.shadow else {}),
     }
 
 
@@ -147,14 +149,12 @@ def _principal(request: Request, authorization: Annotated[str | None, Header()] 
 
 
 def _scraper(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    who = _identify(request, authorization)
-    if not who.may_scrape:
-        raise HTTPException(403, "/metrics shows every team: use the admin token or auth.metrics_token")
-    return who
+    return _identify(request, authorization)
 
 
 Who = Annotated[Principal, Depends(_principal)]
 Scraper = Annotated[Principal, Depends(_scraper)]
+"""Anyone with a token may read /metrics: the admin and the metrics token every series, a team its own."""
 
 
 def shallow(value: Any, field: str) -> None:
@@ -226,6 +226,7 @@ def create_app(
     def healthz() -> dict[str, Any]:
         return {
             "ok": True,
+            "mode": "shadow" if isinstance(control, ShadowPlane) else "enforce",
             "jobs": len(control.jobs),
             "last_tick": control.last_tick.now if control.last_tick else None,
         }
@@ -347,6 +348,16 @@ def create_app(
             for e in control.store.events(after, limit, team, subject)
         ]
 
+    @app.get("/v1/shadow")
+    def shadow(who: Who) -> dict[str, Any]:
+        if not isinstance(control, ShadowPlane):
+            raise HTTPException(404, "this plane is not a shadow plane (gpuplane serve --shadow)")
+        report = control.comparison()
+        report["teams"] = [t for t in report["teams"] if who.may_access(t["team"])]
+        if not who.is_admin:
+            report["unmirrored"] = {}
+        return report
+
     @app.get("/v1/services")
     def list_services(who: Who) -> list[dict[str, Any]]:
         return [s for s in services.views() if who.may_access(s["team"])]
@@ -396,7 +407,13 @@ def create_app(
         return Response(payload, status_code=status, media_type="application/json")
 
     @app.get("/metrics")
-    def prometheus(_who: Scraper) -> Response:
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    def prometheus(who: Scraper) -> Response:
+        if who.may_scrape:
+            text = metrics.render()
+        else:
+            assert who.team is not None
+            own = {name for name, service in services.services.items() if service.team == who.team}
+            text = metrics.render_for_team(who.team, own)
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

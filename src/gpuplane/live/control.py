@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from gpuplane.accounting import price_book
 from gpuplane.live.convert import gpus_asked, gpus_held, placement_to_dict, pod_gpus, to_node, to_running, to_workload
 from gpuplane.live.feasibility import never_runs
 from gpuplane.live.metrics import Metrics
+from gpuplane.live.modes import check_mode
 from gpuplane.live.ports import Clock, Engine, NodeProvider
 from gpuplane.live.ray_cluster import RayNode
 from gpuplane.live.ray_engine import RunPhase, RunStatus
@@ -31,7 +32,7 @@ from gpuplane.live.records import EventRecord, JobRecord, JobState
 from gpuplane.live.run_costs import charge_run
 from gpuplane.live.store import Store
 from gpuplane.model.cluster import ClusterSnapshot
-from gpuplane.model.decision import Decision, DecisionKind
+from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
 from gpuplane.model.workload import Workload
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler.cycle import CycleResult, schedule
@@ -121,7 +122,9 @@ class ControlPlane:
         events: list[EventRecord] = []
         now = self.clock()
         with self.lock:
-            for job in self.store.load_jobs():
+            jobs = self.store.load_jobs()
+            check_mode(jobs, shadow=False)
+            for job in jobs:
                 self.jobs[job.id] = job
                 if job.state.finished:
                     counts["finished"] += 1
@@ -277,11 +280,8 @@ class ControlPlane:
             self.last_result = result
             self.last_nodes = nodes
             starts, signals = self._apply(result, now, events, changed, report)
-            for view in result.reservations:
-                held = self.jobs.get(view.workload_id)
-                if held is not None and held.state is JobState.PENDING and not held.reserved_before:
-                    held.reserved_before = True
-                    changed[held.id] = held
+            self._record_waits(result, events, changed)
+            self._mark_reserved(result, changed)
             report.pending = len(snapshot.pending)
             report.running = sum(1 for j in self.jobs.values() if j.state.holds_gpus)
             self.store.save_jobs(list(changed.values()), events)
@@ -437,6 +437,7 @@ class ControlPlane:
                 job.admitted_time = now
                 job.attempts += 1
                 job.victims = list(decision.victims)
+                job.wait_reason = None
                 job.reason = _decision_dict(decision)
                 events.append(
                     self._event(
@@ -454,6 +455,35 @@ class ControlPlane:
                         max(0.0, now - (job.queued_time or job.submit_time))
                     )
         return starts, signals
+
+    def _mark_reserved(self, result: CycleResult, changed: dict[str, JobRecord]) -> None:
+        """Remember which pending jobs hold a backfill reservation (the scheduler keeps it for them)."""
+        for view in result.reservations:
+            held = self.jobs.get(view.workload_id)
+            if held is not None and held.state is JobState.PENDING and not held.reserved_before:
+                held.reserved_before = True
+                changed[held.id] = held
+
+    def _record_waits(self, result: CycleResult, events: list[EventRecord], changed: dict[str, JobRecord]) -> None:
+        """One event per pending job whose wait reason changed since the last one recorded for it (the first
+        wait after a submission or a requeue included), with the decision's figures and the previous code."""
+        for decision in result.decided:
+            if decision.kind is DecisionKind.WAIT:
+                self._wait_changed(decision.workload_id, decision.reason.code.value, decision.reason.details, events)
+        for workload_id, head, position in result.blocked_tail:
+            details = {"head": head, "position": position}
+            self._wait_changed(workload_id, ReasonCode.BLOCKED_BY_QUEUE_HEAD.value, details, events)
+        for event in events:
+            if event.details.get("decision") == "wait" and event.subject in self.jobs:
+                changed[event.subject] = self.jobs[event.subject]
+
+    def _wait_changed(self, job_id: str, code: str, details: Mapping[str, Any], events: list[EventRecord]) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.PENDING or job.wait_reason == code:
+            return
+        figures = {k: v for k, v in details.items() if isinstance(v, str | int | float | bool) or v is None}
+        events.append(self._event("job", job, code, {**figures, "decision": "wait", "previous": job.wait_reason}))
+        job.wait_reason = code
 
     def _begin_preemption(self, job: JobRecord, now: float, reason: dict[str, Any]) -> bool:
         """Mark a job that holds GPUs as being stopped to be requeued; True when its pods run and must be told
@@ -490,7 +520,7 @@ class ControlPlane:
     def _requeue(
         self, job: JobRecord, now: float, events: list[EventRecord], reason: str, details: dict[str, Any]
     ) -> None:
-        job.last_checkpoint_time = self.engine.last_checkpoint_time(job.id)
+        job.last_checkpoint_time = self._checkpoint_time(job.id)
         self._account(job, now, lost=True)
         if job.state is JobState.PREEMPTING:
             job.preemptions += 1
@@ -501,8 +531,12 @@ class ControlPlane:
         job.stop_deadline = None
         job.victims = []
         job.not_before = None
+        job.wait_reason = None
         job.reason = {"reason": reason, **details}
         events.append(self._event("job", job, reason, details))
+
+    def _checkpoint_time(self, job_id: str) -> float | None:
+        return self.engine.last_checkpoint_time(job_id)
 
     def _lost(
         self, job: JobRecord, now: float, events: list[EventRecord], reason: str, details: dict[str, Any]

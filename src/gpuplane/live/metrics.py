@@ -7,8 +7,10 @@ state after every tick. Every instance has its own registry, so several control 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from gpuplane.live.convert import gpus_asked, gpus_held
 from gpuplane.live.records import JobRecord, JobState
@@ -30,103 +32,114 @@ _PREEMPT_REASONS = (
 class Metrics:
     """The control plane's Prometheus registry and the metrics in it."""
 
-    def __init__(self, policy: PolicySpec) -> None:
+    prefix: str
+
+    def __init__(self, policy: PolicySpec, prefix: str = "gpuplane") -> None:
+        """Every metric of one plane; a shadow plane uses the prefix ``gpuplane_shadow`` so that its would-be
+        decisions are never summed with what a real plane did."""
+        self.prefix = prefix
         self.registry = CollectorRegistry()
         r = self.registry
         self._price = {p.name: p.price_per_node_hour / p.gpus_per_node for p in policy.pools}
         self._pools = [p.name for p in policy.pools]
         self._teams = [t.name for t in policy.teams]
         self._nominal = {t.name: t.nominal_gpus() for t in policy.teams}
-        self.gpus_total = Gauge("gpuplane_pool_gpus", "GPUs on ready nodes of the pool", ["pool"], registry=r)
+        self.gpus_total = Gauge(f"{prefix}_pool_gpus", "GPUs on ready nodes of the pool", ["pool"], registry=r)
         self.gpus_allocated = Gauge(
-            "gpuplane_pool_gpus_allocated", "GPUs held by admitted or running work", ["pool"], registry=r
+            f"{prefix}_pool_gpus_allocated", "GPUs held by admitted or running work", ["pool"], registry=r
         )
         self.gpus_utilized = Gauge(
-            "gpuplane_pool_gpus_utilized",
+            f"{prefix}_pool_gpus_utilized",
             "GPUs held by work whose pods have started (virtual GPUs report no device utilization)",
             ["pool"],
             registry=r,
         )
-        self.nodes = Gauge("gpuplane_pool_nodes", "Nodes of the pool by state", ["pool", "state"], registry=r)
-        self.pending_jobs = Gauge("gpuplane_queue_pending_jobs", "Jobs waiting in the queue", ["queue"], registry=r)
-        self.pending_gpus = Gauge("gpuplane_queue_pending_gpus", "GPUs asked by waiting jobs", ["queue"], registry=r)
-        self.running_jobs = Gauge("gpuplane_queue_running_jobs", "Jobs holding GPUs", ["queue"], registry=r)
-        self.team_gpus = Gauge("gpuplane_team_gpus_allocated", "GPUs the team's work holds", ["team"], registry=r)
+        self.nodes = Gauge(f"{prefix}_pool_nodes", "Nodes of the pool by state", ["pool", "state"], registry=r)
+        self.pending_jobs = Gauge(f"{prefix}_queue_pending_jobs", "Jobs waiting in the queue", ["queue"], registry=r)
+        self.pending_gpus = Gauge(f"{prefix}_queue_pending_gpus", "GPUs asked by waiting jobs", ["queue"], registry=r)
+        self.running_jobs = Gauge(f"{prefix}_queue_running_jobs", "Jobs holding GPUs", ["queue"], registry=r)
+        self.team_gpus = Gauge(f"{prefix}_team_gpus_allocated", "GPUs the team's work holds", ["team"], registry=r)
         self.team_owed = Gauge(
-            "gpuplane_team_quota_owed_gpus",
+            f"{prefix}_team_quota_owed_gpus",
             "GPUs of the team's pending jobs that fit in the part of its nominal quota it does not hold",
             ["team"],
             registry=r,
         )
         self.queue_wait = Histogram(
-            "gpuplane_queue_wait_seconds",
+            f"{prefix}_queue_wait_seconds",
             "Time from (re)queueing to admission",
             ["queue"],
             buckets=_WAIT_BUCKETS,
             registry=r,
         )
-        self.admissions = Counter("gpuplane_admissions_total", "Workloads admitted", ["queue", "reason"], registry=r)
+        self.admissions = Counter(f"{prefix}_admissions_total", "Workloads admitted", ["queue", "reason"], registry=r)
+        self.wait_changes = Counter(
+            f"{prefix}_wait_reason_changes_total",
+            "Pending jobs whose wait reason changed, by the new reason code",
+            ["queue", "reason"],
+            registry=r,
+        )
         self.preemptions = Counter(
-            "gpuplane_preemptions_total", "Workloads preempted by the scheduler", ["queue", "reason"], registry=r
+            f"{prefix}_preemptions_total", "Workloads preempted by the scheduler", ["queue", "reason"], registry=r
         )
         self.evictions = Counter(
-            "gpuplane_evictions_total", "Workloads stopped because their node or pods were lost", ["queue"], registry=r
+            f"{prefix}_evictions_total", "Workloads stopped because their node or pods were lost", ["queue"], registry=r
         )
         self.completions = Counter(
-            "gpuplane_jobs_finished_total", "Jobs that ended, by final state", ["queue", "state"], registry=r
+            f"{prefix}_jobs_finished_total", "Jobs that ended, by final state", ["queue", "state"], registry=r
         )
         self.finished_cost = Counter(
-            "gpuplane_jobs_finished_cost_dollars_total",
+            f"{prefix}_jobs_finished_cost_dollars_total",
             "Cost of the jobs that ended (all their runs at their pools' prices), by final state",
             ["queue", "state"],
             registry=r,
         )
         self.finished_lost_cost = Counter(
-            "gpuplane_jobs_finished_lost_cost_dollars_total",
+            f"{prefix}_jobs_finished_lost_cost_dollars_total",
             "Part of that cost spent on work lost to preemptions and lost nodes",
             ["queue"],
             registry=r,
         )
         self.failures = Counter(
-            "gpuplane_job_failures_total", "Jobs that failed, by failure reason", ["queue", "reason"], registry=r
+            f"{prefix}_job_failures_total", "Jobs that failed, by failure reason", ["queue", "reason"], registry=r
         )
         self.node_startup = Histogram(
-            "gpuplane_node_startup_seconds",
+            f"{prefix}_node_startup_seconds",
             "From ordering a node to its joining the cluster",
             ["pool"],
             buckets=(1, 2, 5, 10, 30, 60, 120, 300, 600, 1200),
             registry=r,
         )
         self.scale_events = Counter(
-            "gpuplane_scale_events_total",
+            f"{prefix}_scale_events_total",
             "Node scaling decisions carried out",
             ["pool", "direction", "reason"],
             registry=r,
         )
         self.inference_requests = Counter(
-            "gpuplane_inference_requests_total", "Requests to inference services", ["service", "code"], registry=r
+            f"{prefix}_inference_requests_total", "Requests to inference services", ["service", "code"], registry=r
         )
         self.inference_latency = Histogram(
-            "gpuplane_inference_request_duration_seconds",
+            f"{prefix}_inference_request_duration_seconds",
             "Latency of inference requests through the gateway",
             ["service"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
         self.inference_replicas = Gauge(
-            "gpuplane_inference_replicas", "Replicas of a service by state", ["service", "state"], registry=r
+            f"{prefix}_inference_replicas", "Replicas of a service by state", ["service", "state"], registry=r
         )
         self.inference_desired = Gauge(
-            "gpuplane_inference_desired_replicas", "The replica autoscaler's decision", ["service"], registry=r
+            f"{prefix}_inference_desired_replicas", "The replica autoscaler's decision", ["service"], registry=r
         )
         self.team_cost = Counter(
-            "gpuplane_team_cost_dollars_total",
+            f"{prefix}_team_cost_dollars_total",
             "Cost of the GPUs the team's work held, at the pool's price",
             ["team"],
             registry=r,
         )
         self.tick_seconds = Histogram(
-            "gpuplane_control_tick_decide_seconds",
+            f"{prefix}_control_tick_decide_seconds",
             "Time the scheduler's decision took in one tick",
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
@@ -181,7 +194,9 @@ class Metrics:
         queue = team or ""
         if kind != "job":
             return
-        if reason.startswith("admitted"):
+        if details.get("decision") == "wait":
+            self.wait_changes.labels(queue, reason).inc()
+        elif reason.startswith("admitted"):
             self.admissions.labels(queue, reason).inc()
         elif reason in _PREEMPT_REASONS:
             self.preemptions.labels(queue, reason).inc()
@@ -200,3 +215,33 @@ class Metrics:
     def render(self) -> bytes:
         """The exposition text of every metric."""
         return generate_latest(self.registry)
+
+    def render_for_team(self, team: str, services: set[str]) -> bytes:
+        """The exposition text a team may read: series labelled with its team or queue, or with one of its
+        ``services``, and the cluster-wide series that name no team, queue or service (pools, nodes, the
+        control loop). Another team's series are left out whole."""
+
+        def visible(labels: dict[str, str]) -> bool:
+            for key in ("team", "queue"):
+                if key in labels:
+                    return labels[key] == team
+            return labels["service"] in services if "service" in labels else True
+
+        return generate_latest(_Filtered(self.registry, visible))
+
+
+class _Filtered:
+    """A registry view keeping only the samples whose labels pass ``keep``."""
+
+    def __init__(self, registry: CollectorRegistry, keep: Callable[[dict[str, str]], bool]) -> None:
+        self._registry = registry
+        self._keep = keep
+
+    def collect(self) -> Iterator[Metric]:
+        """Each metric family with its kept samples (families left with none are dropped)."""
+        for family in self._registry.collect():
+            samples = [s for s in family.samples if self._keep(s.labels)]
+            if samples:
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = samples
+                yield kept

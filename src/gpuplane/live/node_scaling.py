@@ -16,7 +16,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuplane.autoscale.nodes import NodeReasonCode, NodeState, PendingDemand, capacity_demand, plan_nodes
+from gpuplane.autoscale.nodes import NodeDecision, NodeReasonCode, NodeState, PendingDemand, capacity_demand, plan_nodes
 from gpuplane.live.control import ControlPlane
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock, NodeProvider
@@ -30,8 +30,13 @@ FAILED_POOL_BACKOFF_S = 60.0
 class LiveNodeScaler:
     """Plans node changes from the control plane's state and applies them in the background."""
 
-    def __init__(self, control: ControlPlane, provider: NodeProvider, metrics: Metrics, clock: Clock) -> None:
+    def __init__(
+        self, control: ControlPlane, provider: NodeProvider, metrics: Metrics, clock: Clock, shadow: bool = False
+    ) -> None:
         self.control = control
+        self.shadow = shadow
+        """Record the decisions (each once, while it stands) without ordering, removing or draining a node."""
+        self._last_plan: dict[str, tuple[str, int, tuple[str, ...]]] = {}
         self.provider = provider
         self.metrics = metrics
         self.clock = clock
@@ -87,6 +92,8 @@ class LiveNodeScaler:
                 booting[pool] = booting.get(pool, 0) + 1
         unavailable = frozenset(pool for pool, until in self._unavailable.items() if until > now)
         plan = plan_nodes(self.control.policy, states, booting, self._demand(), now, unavailable)
+        if self.shadow:
+            return self._record_would_be(plan, now)
         events: list[EventRecord] = []
         known = {n["name"] for n in self.control.node_view()} | set(self._booting)
         for decision in plan:
@@ -118,6 +125,33 @@ class LiveNodeScaler:
             if decision.remove and decision.code is NodeReasonCode.CONSOLIDATE_UNDERUTILIZED:
                 for name in decision.remove:
                     self._consolidate(decision.pool, name, now)
+        self.control.store.add_events(events)
+        return events
+
+    def _record_would_be(self, plan: list[NodeDecision], now: float) -> list[EventRecord]:
+        """Shadow: each pool's decision as the events a real plane would write (the plan, then one ``ordered``
+        per node it would add, one ``removed`` per node it would take away), recorded when the pool's decision
+        changes; nothing is ordered, so the same decision stands tick after tick until the demand changes."""
+        events: list[EventRecord] = []
+        current = {d.pool: (d.code.value, d.add, tuple(d.remove)) for d in plan}
+        for decision in plan:
+            if self._last_plan.get(decision.pool) == current[decision.pool]:
+                continue
+            code = decision.code.value
+            details = {**decision.details, "add": decision.add, "remove": list(decision.remove)}
+            events.append(EventRecord(0, now, "node", decision.pool, None, code, details))
+            for index in range(decision.add):
+                name = f"{decision.pool}-would-be-{index}"
+                events.append(
+                    EventRecord(0, now, "node", name, None, "ordered", {"pool": decision.pool, "reason": code})
+                )
+                self.metrics.scale_events.labels(decision.pool, "up", code).inc()
+            for name in decision.remove:
+                events.append(
+                    EventRecord(0, now, "node", name, None, "removed", {"pool": decision.pool, "reason": code})
+                )
+                self.metrics.scale_events.labels(decision.pool, "down", code).inc()
+        self._last_plan = current
         self.control.store.add_events(events)
         return events
 

@@ -178,7 +178,10 @@ class RayEngine:
 
     def recover(self, job: JobRecord) -> bool:
         """Re-attach to ``job``'s actors after a control-plane restart; False when they are gone, once what is left
-        of the attempt's process groups on this machine is killed (so a requeued job never runs twice)."""
+        of the attempt's process groups on this machine is killed (so a requeued job never runs twice).
+
+        The start call is sent again (it is idempotent): the dead plane's own call may never have reached an actor
+        it had just created, which would otherwise count as running forever with nothing started."""
         import ray
         from ray.util import get_placement_group
 
@@ -193,9 +196,8 @@ class RayEngine:
                 if kill_group(pid_path(self.log_path(job.id, job.attempts, rank))):
                     logger.warning("killed what was left of %s attempt %d rank %d", job.id, job.attempts, rank)
             return False
-        run = _Run(job.id, job.attempts, job.service is not None, pg, actors, [])
-        run.info = []
-        self._runs[job.id] = run
+        refs = [actor.start.remote() for actor in actors]
+        self._runs[job.id] = _Run(job.id, job.attempts, job.service is not None, pg, actors, refs)
         return True
 
     def _cleanup_named(self, job: JobRecord) -> None:

@@ -74,6 +74,12 @@ class JobRecord:
     """A job whose start failed waits out its backoff until then."""
     usage: dict[str, float] = field(default_factory=dict)
     """GPU-hours and cost of its runs so far, lost work apart (``accounting.Usage.to_dict``; ``run_costs``)."""
+    wait_reason: str | None = None
+    """The reason code of the last recorded wait decision while pending (a change is an event)."""
+    shadow: bool = False
+    """Accepted by a shadow plane: its states are what the plane would have done, nothing ran (``shadow.py``)."""
+    observed: dict[str, Any] = field(default_factory=dict)
+    """Shadow only: the real run as observed on the cluster (state, start_time, end_time, source)."""
 
 
 class ServiceState(StrEnum):

@@ -3,7 +3,8 @@ simulator writes, so ``gpuplane events`` queries both the same way.
 
 Job events: an admission (``admitted_*``) is ``admit``; a preemption (``preempted_*``, ``consolidation``)
 and a run the plane lost (``lost``, ``node_lost``, ``lost_on_restart``, ``start_timeout``) are ``preempt``;
-a requeue (``requeued_*``) is ``wait`` under that reason; an end (``succeeded``, ``failed``, ``cancelled``,
+a requeue (``requeued_*``) and a change of a pending job's wait reason (``details.decision == "wait"``, the
+scheduler's code, ``previous`` the last one) are ``wait``; an end (``succeeded``, ``failed``, ``cancelled``,
 ``start_failed``) is ``finish``. Node events: ``ordered`` is ``scale_up``, ``removed`` ``scale_down``, with
 the autoscaler's reason code. A service's replica decision is ``scale_up`` or ``scale_down`` by the
 direction of its change. Other events (submitted, started, service deployed) are no decision change and are
@@ -52,7 +53,7 @@ def scheduling_event(record: Mapping[str, Any]) -> SchedulingEvent | None:
     subject = record.get("subject")
     figures = _figures(details)
     if kind == "job":
-        job_kind = _job_kind(reason)
+        job_kind = EventKind.WAIT if details.get("decision") == "wait" else _job_kind(reason)
         if job_kind is None:
             return None
         return SchedulingEvent(time, job_kind, reason, team, subject, figures)

@@ -17,6 +17,7 @@ from gpuplane.live.control import ControlPlane
 from gpuplane.live.event_log import EventLog
 from gpuplane.live.lease import LeaseHeld, PlaneLease
 from gpuplane.live.metrics import Metrics
+from gpuplane.live.modes import PlaneModeError, check_mode
 from gpuplane.live.node_scaling import LiveNodeScaler
 from gpuplane.live.ports import NodeProvider
 from gpuplane.live.providers import ClusterNodes, LocalNodeProvider
@@ -24,6 +25,7 @@ from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.ray_engine import NAMESPACE, RayEngine
 from gpuplane.live.sandbox import private_dir
 from gpuplane.live.services import ServiceManager
+from gpuplane.live.shadow import RayJobsObserver, ShadowPlane
 from gpuplane.live.store import Store
 from gpuplane.policy import PolicySpec
 from gpuplane.policy.nodes import pool_nodes
@@ -43,6 +45,10 @@ class ServeOptions:
     generate_tokens: bool = True
     autoscale_nodes: bool = True
     event_retention_days: float = 30.0
+    shadow: bool = False
+    """Decide and record, never act (``live/shadow.py``)."""
+    observe_ray_jobs: str | None = None
+    """Shadow only: the Ray dashboard address whose jobs the shadow mirrors and compares with."""
 
 
 def new_job_id() -> str:
@@ -80,6 +86,12 @@ class LivePlane:
             raise
         if took_over:
             log.warning("%s", took_over)
+        try:
+            check_mode(self.store.load_jobs(), options.shadow)
+        except PlaneModeError:
+            self.lease.release()
+            self.store.close()
+            raise
         self.cluster: LocalRayCluster | None = None
         provider: NodeProvider
         if options.ray_address:
@@ -94,17 +106,35 @@ class LivePlane:
             for pool_name, node_name in initial:
                 provider.add_node(pool_name, node_name)
         self.provider = provider
-        self.metrics = Metrics(policy)
+        self.metrics = Metrics(policy, "gpuplane_shadow" if options.shadow else "gpuplane")
         self.engine = RayEngine(options.data_dir)
-        self.control = ControlPlane(
-            policy, self.store, self.engine, provider, time.time, new_job_id, time.perf_counter, self.metrics
-        )
+        self.control: ControlPlane
+        if options.shadow:
+            observer = RayJobsObserver(options.observe_ray_jobs) if options.observe_ray_jobs else None
+            self.control = ShadowPlane(
+                policy,
+                self.store,
+                self.engine,
+                provider,
+                time.time,
+                new_job_id,
+                time.perf_counter,
+                self.metrics,
+                observer,
+            )
+            log.warning("shadow mode: decisions are recorded as events, nothing is started, stopped or scaled")
+        else:
+            self.control = ControlPlane(
+                policy, self.store, self.engine, provider, time.time, new_job_id, time.perf_counter, self.metrics
+            )
         self.services = ServiceManager(self.control, self.metrics)
         self.event_log = EventLog(
             self.store, options.data_dir / "events.jsonl", options.event_retention_days * 86400.0, time.time
         )
         self.node_scaler = (
-            LiveNodeScaler(self.control, provider, self.metrics, time.time) if provider.can_scale() else None
+            LiveNodeScaler(self.control, provider, self.metrics, time.time, shadow=options.shadow)
+            if provider.can_scale() or options.shadow
+            else None
         )
         recovered = self.control.recover()
         self.services.recover()

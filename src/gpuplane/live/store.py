@@ -74,6 +74,8 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._lock = threading.Lock()
+        self.event_marks: dict[str, Any] = {}
+        """Merged into the details of every event written (a shadow plane marks its events ``shadow: true``)."""
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -118,7 +120,7 @@ class Store:
             with self._tx() as conn:
                 conn.execute(insert(tables.jobs).values(**_job_row(job)))
                 if event is not None:
-                    conn.execute(insert(tables.events).values(**_event_row(event)))
+                    conn.execute(insert(tables.events).values(**self._event_row(event)))
         except IntegrityError as exc:
             raise DuplicateJob(job.idempotency_key or job.id) from exc
 
@@ -135,7 +137,7 @@ class Store:
                     .values(state=row["state"], status=row["status"])
                 )
             for ev in events or ():
-                conn.execute(insert(tables.events).values(**_event_row(ev)))
+                conn.execute(insert(tables.events).values(**self._event_row(ev)))
 
     def load_jobs(self, include_finished: bool = True) -> list[JobRecord]:
         """Every job, oldest submission first."""
@@ -165,7 +167,7 @@ class Store:
             else:
                 conn.execute(insert(table).values(name=name, **values))
             if event is not None:
-                conn.execute(insert(tables.events).values(**_event_row(event)))
+                conn.execute(insert(tables.events).values(**self._event_row(event)))
 
     def load_services(self) -> list[ServiceRecord]:
         """Every service not deleted."""
@@ -238,7 +240,7 @@ class Store:
         """Append events."""
         if events:
             with self._tx() as conn:
-                conn.execute(insert(tables.events), [_event_row(e) for e in events])
+                conn.execute(insert(tables.events), [self._event_row(e) for e in events])
 
     def events(
         self, after: int = 0, limit: int = 100, team: str | None = None, subject: str | None = None
@@ -264,6 +266,16 @@ class Store:
             )
             for row in rows
         ]
+
+    def _event_row(self, ev: EventRecord) -> dict[str, Any]:
+        return {
+            "time": ev.time,
+            "kind": ev.kind,
+            "subject": ev.subject,
+            "team": ev.team,
+            "reason": ev.reason,
+            "details": _plain({**ev.details, **self.event_marks}),
+        }
 
     def prune_events(self, before: float, up_to_seq: int) -> int:
         """Delete the events older than ``before`` whose sequence number is at most ``up_to_seq`` (those
@@ -334,14 +346,3 @@ def _job_from_row(row: Any) -> JobRecord:
         **spec,
         **status,
     )
-
-
-def _event_row(ev: EventRecord) -> dict[str, Any]:
-    return {
-        "time": ev.time,
-        "kind": ev.kind,
-        "subject": ev.subject,
-        "team": ev.team,
-        "reason": ev.reason,
-        "details": _plain(ev.details),
-    }
