@@ -5,7 +5,8 @@ Sections (figures in docs/reliability.md):
 - api_fuzz: schemathesis cases generated from the live API's own OpenAPI document, sent over HTTP with a team,
   the admin, a bogus or no token; any 5xx is a server error;
 - cross_team: a team token trying to read, cancel, follow the logs of, explain, list and submit for another
-  team's jobs and services, and to read /metrics; any 2xx on another team's object counts as allowed;
+  team's jobs and services, and to read its /metrics series; any 2xx on another team's object (a /metrics
+  answer with a series labelled with the other team) counts as allowed;
 - load: concurrent clients submitting with idempotency keys, each submission sent twice; a key that made two
   jobs is a duplicate, an acknowledged job missing afterwards is lost;
 - crash (full run only): ``gpuplane serve`` attached to a Ray cluster of its own is killed mid-burst (SIGKILL and
@@ -315,7 +316,12 @@ def cross_team(url: str) -> dict[str, Any]:
     attempt("delete service", attacker.delete("/v1/services/echo"))
     services = attacker.get("/v1/services")
     attempt("list services", services, any(s["team"] != "product" for s in services.json()))
-    attempt("metrics", attacker.get("/metrics"))
+    metrics_text = attacker.get("/metrics")
+    attempt(
+        "metrics of another team",
+        metrics_text,
+        metrics_text.is_success and any(f'{label}="research"' in metrics_text.text for label in ("team", "queue")),
+    )
     attempt("shadow report", attacker.get("/v1/shadow"), False)
     allowed = [what for what, _, leak in attempts if leak]
     server_errors = [what for what, response, _ in attempts if response.status_code >= 500]
