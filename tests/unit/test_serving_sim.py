@@ -219,10 +219,15 @@ def test_oracle_honours_min_replicas_in_idle_minutes(tmp_path):
 
 def test_cli_prints_short_traces_in_minutes_and_warns_of_an_unattainable_slo(tmp_path, capsys):
     path = _long_prompts(tmp_path, seconds=600)
-    assert main(["simulate-serving", "--policy", SERVING, "--trace", f"mooncake:{path}", "--compare", "oracle"]) == 0
+    page = tmp_path / "out.html"
+    args = ["simulate-serving", "--policy", SERVING, "--trace", f"mooncake:{path}", "--compare", "oracle"]
+    assert main([*args, "--html", str(page)]) == 0
     out = capsys.readouterr().out
     assert "10.0 min" in out and "0.0 days" not in out
     assert "SLO unattainable" in out
+    html = page.read_text()
+    assert "over 10.0 min" in html and "0.0 days" not in html, "the HTML report too"
+    assert "prefill_exceeds_slo" in html and "median prompt" in html
 
 
 def _servegen_with_datasets(tmp_path: Path) -> Path:
