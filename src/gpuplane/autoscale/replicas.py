@@ -392,9 +392,11 @@ class ReplicaAutoscaler:
     def _trend_rps(self, now: float, rps: float) -> float | None:
         """The request rate one replica startup ahead, if it is rising: a least-squares line through the
         trend window's samples, extended by ``replica_startup_s``. None when flat or falling, or when the
-        rise is within ``TREND_Z`` standard errors of the slope (estimated from the line's own residuals):
-        a small service's rates jitter by more than a real ramp moves them in two minutes, and extending
-        that jitter a startup ahead would order replicas for noise."""
+        extrapolation is unsure: its standard error over the lead time (from the line's own residuals) is
+        more than a quarter of the tolerance band of today's rate and the rise is within ``TREND_Z`` of
+        those standard errors. A big fleet's rate is smooth enough to extend any rise; a small service's
+        jitters by more than a real ramp moves it in two minutes, and extending that jitter a startup ahead
+        would order replicas for noise."""
         if not self.spec.trend_lookahead:
             return None
         points = [(s.now, s.rps) for s in self._samples if s.now > now - self.spec.trend_window_s]
@@ -408,10 +410,12 @@ class ReplicaAutoscaler:
         slope = sum((t - mean_t) * (r - mean_r) for t, r in points) / spread
         if slope <= 0:
             return None
+        lead = now - mean_t + self.service.replica_startup_s
         residual = sum((r - mean_r - slope * (t - mean_t)) ** 2 for t, r in points) / (len(points) - 2)
-        if slope < TREND_Z * math.sqrt(residual / spread):
+        error = math.sqrt(residual / spread)
+        if slope < TREND_Z * error and error * lead > self._tolerance(0.5) / 4 * rps:
             return None
-        return mean_r + slope * (now - mean_t + self.service.replica_startup_s)
+        return mean_r + slope * lead
 
     def _panic_count(self, signals: ServiceSignals) -> int | None:
         rps = self._mean(self.spec.panic_window_s, signals.now, "rps")
