@@ -207,10 +207,10 @@ def test_forecast_error_margin_is_the_quantile_of_seen_over_forecast():
     error = ForecastError(horizon_s=30, burst=2.0)
     assert error.margin(0.999) == 1.0
     for t in range(0, 3000, 15):
-        error.observe(t, rate=110.0 if (t // 15) % 10 == 0 else 100.0, forecast=100.0)
+        error.observe(t, seen=110.0 if (t // 15) % 10 == 0 else 100.0, forecast=100.0)
     assert error.margin(0.5) == 1.0 and abs(error.margin(0.95) - 1.1) < 1e-9
     for t in range(3000, 3600, 15):
-        error.observe(t, rate=5000.0, forecast=100.0)
+        error.observe(t, seen=5000.0, forecast=100.0)
     assert abs(error.margin(0.95) - 1.1) < 1e-9, "a 50x jump is a burst, not forecast error"
 
 

@@ -219,7 +219,59 @@ def test_oracle_honours_min_replicas_in_idle_minutes(tmp_path):
 
 def test_cli_prints_short_traces_in_minutes_and_warns_of_an_unattainable_slo(tmp_path, capsys):
     path = _long_prompts(tmp_path, seconds=600)
-    assert main(["simulate-serving", "--policy", SERVING, "--trace", f"mooncake:{path}", "--compare", "oracle"]) == 0
+    page = tmp_path / "out.html"
+    args = ["simulate-serving", "--policy", SERVING, "--trace", f"mooncake:{path}", "--compare", "oracle"]
+    assert main([*args, "--html", str(page)]) == 0
     out = capsys.readouterr().out
     assert "10.0 min" in out and "0.0 days" not in out
     assert "SLO unattainable" in out
+    html = page.read_text()
+    assert "over 10.0 min" in html and "0.0 days" not in html, "the HTML report too"
+    assert "prefill_exceeds_slo" in html and "median prompt" in html
+
+
+def _servegen_with_datasets(tmp_path: Path) -> Path:
+    folder = tmp_path / "m-tokens"
+    folder.mkdir()
+    (folder / "chunk-0-trace.csv").write_text("0,10,1.0,Gamma,1,1\n600,10,1.0,Gamma,1,1\n")
+    (folder / "chunk-1-trace.csv").write_text("0,30,1.0,Gamma,1,1\n600,0,,,,\n")
+    (folder / "chunk-2-trace.csv").write_text("0,0,,,,\n600,20,1.0,Gamma,1,1\n")
+    short = {"input_tokens": "{100: 1.0}", "output_tokens": "{50: 1.0}"}
+    (folder / "chunk-0-dataset.json").write_text(json.dumps({"0": short}))
+    long = {"input_tokens": "{1000: 0.5, 3000: 0.5}", "output_tokens": "{10: 1.0}"}
+    (folder / "chunk-1-dataset.json").write_text(json.dumps({"0": long}))
+    image = {
+        "text_tokens": "{70: 1.0}",
+        "image_tokens": "{252: 1.0}",
+        "audio_tokens": "{0: 1.0}",
+        "video_tokens": "{0: 1.0}",
+        "image_count": "{1: 1.0}",
+        "output_tokens": "{7: 1.0}",
+    }
+    (folder / "chunk-2-dataset.json").write_text(json.dumps({"0": image}))
+    return folder
+
+
+def test_servegen_token_lengths_come_from_the_categorys_own_dataset_files(tmp_path):
+    trace = read_serving_trace(f"servegen:{_servegen_with_datasets(tmp_path)}")
+    assert trace.token_source == "servegen-dataset"
+    context, generated = trace.context_tokens, trace.generated_tokens
+    assert set(np.unique(context)) == {100, 1000, 3000, 322}, "multimodal prompt = text + image + audio + video"
+    shares = {n: float(np.mean(context == n)) for n in (100, 322)}
+    assert abs(shares[100] - 20 / 70) < 0.02 and abs(shares[322] - 20 / 70) < 0.02, "weighted by requests sent"
+    assert abs(float(np.mean((context == 1000) | (context == 3000))) - 30 / 70) < 0.02
+    assert set(np.unique(generated[context == 100])) == {50}
+    comparison = compare_serving(load_policy(SERVING), None, trace, ("oracle",))
+    data = comparison.to_dict()["trace"]
+    assert data["token_source"] == "servegen-dataset" and 950 < data["mean_context_tokens"] < 1010
+    plain = read_serving_trace(f"servegen:{_servegen(tmp_path, [100, 100])}")
+    assert plain.token_source == "" and plain.context_tokens.size == 0
+    fallback = compare_serving(load_policy(SERVING), None, plain, ("oracle",)).to_dict()["trace"]
+    assert fallback["token_source"] == "azure-2023-conversation-fit"
+
+
+def test_a_malformed_servegen_dataset_names_the_file_and_the_fix(tmp_path):
+    folder = _servegen_with_datasets(tmp_path)
+    (folder / "chunk-0-dataset.json").write_text(json.dumps({"0": {"input_tokens": "{}", "output_tokens": "{1: 1}"}}))
+    with pytest.raises(TraceError, match=r"chunk-0-dataset\.json window 0 input_tokens"):
+        read_serving_trace(f"servegen:{folder}")

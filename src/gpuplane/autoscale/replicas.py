@@ -44,9 +44,14 @@ from typing import Any
 
 from gpuplane.autoscale.capacity import replicas_for_slo
 from gpuplane.autoscale.forecast_error import ForecastError
+from gpuplane.autoscale.service_time import ServiceEstimate, ServiceTime
 from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec, ScalingRulesSpec, ServiceSpec
 
 DAY_S = 86400.0
+SERVICE_HORIZON_S = 3600.0
+"""The furthest back the mean slot time is read (``autoscale.service_time``), however unsure it still is."""
+TREND_Z = 3.0
+"""Standard errors a rising trend's slope must clear before it is extended a startup ahead."""
 
 
 class ReplicaReasonCode(StrEnum):
@@ -86,6 +91,9 @@ class ServiceSignals:
     mean_service_s: float | None = None
     """Mean seconds a request holds one of a replica's sequence slots (prefill plus decode), measured over
     the interval; what ``capacity_from_slo`` turns a request rate into Erlangs with."""
+    service_s_std: float | None = None
+    """Standard deviation of the interval's slot times (None: unknown, taken as equal to the mean); how many
+    intervals the mean slot time is read over (``autoscale.service_time``)."""
     slots_per_replica: int | None = None
     """Concurrent sequences one replica holds (its KV cache's limit); None: the model profile's
     ``max_concurrency``."""
@@ -186,6 +194,9 @@ class ReplicaAutoscaler:
         self._events: deque[tuple[float, int, int]] = deque()
         self._panic_until: float | None = None
         self._forecast_error = ForecastError(service.replica_startup_s, self.spec.panic_threshold)
+        self._service_time = ServiceTime(max(SERVICE_HORIZON_S, self.spec.stable_window_s))
+        self._service: ServiceEstimate | None = None
+        """This tick's mean slot time (read once per tick in ``_remember``)."""
         self._last_request: float | None = None
         """When the service last had a request (or, before any, when the autoscaler first saw it)."""
 
@@ -255,6 +266,9 @@ class ReplicaAutoscaler:
         while self._samples and self._samples[0].now <= horizon:
             self._samples.popleft()
         self.pattern.observe(signals.now, signals.rps)
+        requests = signals.rps * self.spec.metrics_interval_s
+        self._service_time.observe(signals.now, requests, signals.mean_service_s, signals.service_s_std)
+        self._service = self._service_time.estimate(signals.now, self.spec.stable_window_s, self._tolerance(0.5) / 4)
         keep = max(self.spec.scale_up.stabilization_s, self.spec.scale_down.stabilization_s)
         while self._recommendations and self._recommendations[0][0] < signals.now - keep:
             self._recommendations.popleft()
@@ -301,10 +315,13 @@ class ReplicaAutoscaler:
                 counts["rps_trend"] = self._total_count(current, ahead, spec.target_rps_per_replica)
         if spec.capacity_from_slo and rps is not None:
             forecast = max(rps, ahead or 0.0)
-            self._forecast_error.observe(now, rps, forecast)
-            slo_count = self._slo_count(forecast, signals, self._forecast_error.spread())
+            service = self._service
+            if service is not None and rps > 0:
+                noise = 1.0 / (rps * window) + service.relative_variance
+                self._forecast_error.observe(now, rps * service.mean_s, forecast * service.mean_s, noise)
+            slo_count = self._hysteresis(current, forecast, signals, self._forecast_error.spread())
             if slo_count is not None:
-                counts["slo_capacity"] = self._hysteresis(current, slo_count)
+                counts["slo_capacity"] = slo_count
         if spec.target_queue_depth_per_replica is not None:
             queued = self._total_count(current, signals.queue_depth, spec.target_queue_depth_per_replica)
             counts["queue_depth"] = min(queued, current) if signals.starting else queued
@@ -329,22 +346,31 @@ class ReplicaAutoscaler:
         self, rate: float, signals: ServiceSignals, spread: Sequence[tuple[float, float]] = ((1.0, 1.0),)
     ) -> int | None:
         """Replicas ``rate`` needs for the SLO (``capacity.replicas_for_slo``), None without a service time."""
-        if not signals.mean_service_s or signals.mean_service_s <= 0:
+        if self._service is None:
             return None
+        service_s = self._service.mean_s
         slo_s = self.service.slo.latency_ms / 1000
         room = max(0.0, slo_s - (signals.latency_floor_s or 0.0))
         slots = signals.slots_per_replica or self.service.model.max_concurrency
         miss = 1.0 - self.service.slo.attainment
-        return replicas_for_slo(rate, signals.mean_service_s, slots, room, miss, self.spec.max_replicas, spread)
+        return replicas_for_slo(rate, service_s, slots, room, miss, self.spec.max_replicas, spread)
 
-    def _hysteresis(self, current: int, wanted: int) -> int:
-        """Keep the current count while it lies within the band ``[wanted, wanted × (1 + tolerance)]`` (the
-        scale-down tolerance); outside it, move to the band's middle, so a steadily moving load changes the
-        count about once per half a tolerance of change, not every tick."""
+    def _hysteresis(
+        self, current: int, rate: float, signals: ServiceSignals, spread: Sequence[tuple[float, float]]
+    ) -> int | None:
+        """The SLO count with a hysteresis band in load, not in replicas: the current count is kept while it
+        serves ``rate`` and is no more than ``rate × (1 + tolerance)`` needs (the scale-down tolerance);
+        outside the band, the count for the band's middle, ``rate × (1 + tolerance / 2)``. A big fleet
+        keeps a band of about the tolerance in replicas; a fleet of three keeps no spare replica the load
+        does not ask for (a band of one whole replica was a third more GPUs there). None without a service
+        time."""
+        wanted = self._slo_count(rate, signals, spread)
+        if wanted is None:
+            return None
         band = self._tolerance(0.5)
-        if wanted <= current <= max(wanted * (1 + band), wanted + 1):
+        if wanted <= current <= (self._slo_count(rate * (1 + band), signals, spread) or wanted):
             return current
-        return max(wanted, math.floor(wanted * (1 + band / 2)))
+        return max(wanted, self._slo_count(rate * (1 + band / 2), signals, spread) or wanted)
 
     def _count_for_rate(self, rate: float, signals: ServiceSignals) -> int | None:
         """The replicas a request rate needs by the rate-based signals (requests/s target, SLO capacity)."""
@@ -365,7 +391,12 @@ class ReplicaAutoscaler:
 
     def _trend_rps(self, now: float, rps: float) -> float | None:
         """The request rate one replica startup ahead, if it is rising: a least-squares line through the
-        trend window's samples, extended by ``replica_startup_s`` (None when flat or falling)."""
+        trend window's samples, extended by ``replica_startup_s``. None when flat or falling, or when the
+        extrapolation is unsure: its standard error over the lead time (from the line's own residuals) is
+        more than a quarter of the tolerance band of today's rate and the rise is within ``TREND_Z`` of
+        those standard errors. A big fleet's rate is smooth enough to extend any rise; a small service's
+        jitters by more than a real ramp moves it in two minutes, and extending that jitter a startup ahead
+        would order replicas for noise."""
         if not self.spec.trend_lookahead:
             return None
         points = [(s.now, s.rps) for s in self._samples if s.now > now - self.spec.trend_window_s]
@@ -379,7 +410,12 @@ class ReplicaAutoscaler:
         slope = sum((t - mean_t) * (r - mean_r) for t, r in points) / spread
         if slope <= 0:
             return None
-        return mean_r + slope * (now - mean_t + self.service.replica_startup_s)
+        lead = now - mean_t + self.service.replica_startup_s
+        residual = sum((r - mean_r - slope * (t - mean_t)) ** 2 for t, r in points) / (len(points) - 2)
+        error = math.sqrt(residual / spread)
+        if slope < TREND_Z * error and error * lead > self._tolerance(0.5) / 4 * rps:
+            return None
+        return mean_r + slope * lead
 
     def _panic_count(self, signals: ServiceSignals) -> int | None:
         rps = self._mean(self.spec.panic_window_s, signals.now, "rps")

@@ -93,6 +93,9 @@ class ServingComparison:
                 "mean_rps": float(self.counts.mean()) if self.counts.size else 0.0,
                 "peak_minute_rps": float(_per_minute(self.counts).max() / MINUTE) if self.counts.size else 0.0,
                 "skipped_rows": self.trace.skipped,
+                "token_source": self.trace.token_source or "azure-2023-conversation-fit",
+                "mean_context_tokens": self.profile.mean_context_tokens,
+                "mean_generated_tokens": self.profile.mean_generated_tokens,
             },
             "model": {
                 "max_batch": self.model.max_batch,
@@ -239,11 +242,13 @@ def _simulate_autoscaled(
     model: ServingModel,
     profile: TokenProfile,
     counts: np.ndarray,
-    work: np.ndarray,
+    work: tuple[np.ndarray, np.ndarray],
     offered: np.ndarray,
     initial: int,
     on_progress: Callable[[str, int], None] | None,
 ) -> ServingRun:
+    """One autoscaled run: ``work`` is each second's slot-seconds of arriving work and the sum of their
+    squares (what the autoscaler's measured mean slot time and its spread are read from)."""
     scaler = ReplicaAutoscaler(service)
     spec = service.autoscaling
     step = max(1, int(spec.metrics_interval_s))
@@ -253,7 +258,8 @@ def _simulate_autoscaled(
     ready = np.zeros(seconds, dtype=np.int64)
     held = np.zeros(seconds, dtype=np.int64)
     waits = np.zeros(seconds)
-    arriving = work.tolist()
+    arriving = work[0].tolist()
+    squared = work[1].tolist()
     expected = offered.tolist()
     arrivals = counts.tolist()
     batch = model.max_batch
@@ -279,15 +285,19 @@ def _simulate_autoscaled(
                 worst = max(worst, latency_quantile(profile, q, wait, slots, expected[t]))
         span = end - start
         capacity = fleet.ready * batch * span
+        arrived = sum(arrivals[start:end])
+        mean_s = offered_sum / arrived if arrived > 0 else None
+        std_s = math.sqrt(max(0.0, sum(squared[start:end]) / arrived - mean_s**2)) if mean_s is not None else None
         decision = scaler.decide(
             ServiceSignals(
                 now=float(end),
-                rps=sum(arrivals[start:end]) / span,
+                rps=arrived / span,
                 ready=fleet.ready,
                 starting=len(fleet.starting),
                 latency_s=worst if worst > 0 else None,
                 latency_floor_s=floor_s,
-                mean_service_s=profile.mean_occupancy_s,
+                mean_service_s=mean_s,
+                service_s_std=std_s,
                 slots_per_replica=batch,
                 queue_depth=backlog / profile.mean_occupancy_s,
                 gpu_utilization=min(1.0, offered_sum / capacity) if capacity > 0 else None,
@@ -372,12 +382,17 @@ def compare_serving(
         per_request = model.occupancy_s(trace.context_tokens, trace.generated_tokens)
         seconds = int(trace.duration_s)
         work = np.bincount(trace.request_s.astype(np.int64), weights=per_request, minlength=seconds)
+        squares: np.ndarray = np.bincount(trace.request_s.astype(np.int64), weights=per_request**2, minlength=seconds)
         counts = trace.counts(seed)
     else:
-        profile = TokenProfile.synthetic(model, seed)
+        if trace.context_tokens.size:
+            profile = TokenProfile.of(model, trace.context_tokens, trace.generated_tokens)
+        else:
+            profile = TokenProfile.synthetic(model, seed)
         counts = trace.counts(seed)
         noise = np.random.default_rng(seed + 1).standard_normal(counts.size)
         work = np.maximum(0.0, counts * profile.mean_occupancy_s + np.sqrt(counts) * profile.std_occupancy_s * noise)
+        squares = counts * (profile.std_occupancy_s**2 + profile.mean_occupancy_s**2)
     model = dataclasses.replace(model, max_batch=model.slots(profile.mean_kv_tokens))
     offered = _smoothed(work)
     slo = check_slo(profile, service.slo.latency_ms / 1000, service.slo.attainment)
@@ -399,7 +414,9 @@ def compare_serving(
             target = _hpa_target(name, capacity) or service.autoscaling.target_rps_per_replica
             target = target or HPA_DEFAULT_LOAD * capacity
             scaled = service if name == "gpuplane" else hpa_equivalent(service, target)
-            run = _simulate_autoscaled(name, scaled, model, profile, counts, work, offered, initial, on_progress)
+            run = _simulate_autoscaled(
+                name, scaled, model, profile, counts, (work, squares), offered, initial, on_progress
+            )
         run.wall_s = time.perf_counter() - started
         comparison.runs[name] = run
         comparison.figures[name] = _figures(comparison, run)

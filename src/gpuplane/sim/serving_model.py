@@ -7,9 +7,11 @@ fleet's slot-seconds serve the work that arrived; what does not fit waits (a flu
 first served), and within a second the wait for a free slot follows Erlang C with the Halfin-Whitt
 approximation (thousands of slots: the many-server regime).
 
-Token counts come from the trace where it has them (Azure); for ServeGen, whose per-window token
-distributions are not shipped, from lognormals fitted to the Azure 2023 conversation trace (context median
-1,020 / mean 1,155 tokens, generated median 129 / mean 211).
+Token counts come from the trace where it has them: each request's own (Azure, Mooncake), or a sample of
+the category's own distributions for a ServeGen folder that has its chunk-*-dataset.json files
+(``sim.servegen_tokens``); otherwise (ServeGen's rate files alone, as in ../shared) from lognormals fitted
+to the Azure 2023 conversation trace (context median 1,020 / mean 1,155 tokens, generated median 129 /
+mean 211).
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class TokenProfile:
     prefill_quantiles_s: np.ndarray
     mean_kv_tokens: float = 0.0
     """Tokens a sequence holds in the KV cache, averaged over its life (context plus half the output)."""
+    mean_context_tokens: float = 0.0
+    mean_generated_tokens: float = 0.0
 
     @staticmethod
     def of(model: ServingModel, context: np.ndarray, generated: np.ndarray) -> TokenProfile:
@@ -81,7 +85,8 @@ class TokenProfile:
         prefill = np.sort(model.prefill_s(context))
         picks = np.quantile(prefill, (np.arange(QUANTILES) + 0.5) / QUANTILES)
         kv = float(np.mean(context + generated / 2)) if context.size else 0.0
-        return TokenProfile(float(occupancy.mean()), float(occupancy.std()), picks, kv)
+        means = (float(np.mean(context)), float(np.mean(generated))) if context.size else (0.0, 0.0)
+        return TokenProfile(float(occupancy.mean()), float(occupancy.std()), picks, kv, *means)
 
     @staticmethod
     def synthetic(model: ServingModel, seed: int, n: int = 50_000) -> TokenProfile:

@@ -8,6 +8,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from gpuplane.sim.durations import format_duration
 from gpuplane.sim.plots import MAX_POINTS, as_div, lines, plotly_script
 from gpuplane.sim.serving import MINUTE, ServingComparison
 from gpuplane.sim.serving_model import attainment
@@ -104,15 +105,19 @@ def render_serving_html(comparison: ServingComparison) -> str:
     )
     trace, model = data["trace"], data["model"]
     service = comparison.service
+    check = comparison.slo_check
+    warning = ""
+    if not check.attainable:
+        warning = f"<p><strong>warning ({check.reason}):</strong> {html.escape(check.message)}</p>"
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>gpuplane serving simulation</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}</style>{plotly_script()}</head><body>
 <h1>gpuplane serving simulation: {html.escape(service.name)}</h1>
-<p>Trace {html.escape(trace["source"])}: {trace["requests"]:,} requests over {trace["seconds"] / 86400:.1f} days,
+<p>Trace {html.escape(trace["source"])}: {trace["requests"]:,} requests over {format_duration(trace["seconds"])},
 mean {trace["mean_rps"]:,.0f} req/s, peak minute {trace["peak_minute_rps"]:,.0f} req/s.<br>
 Replica: {model["max_batch"]} slots, {model["mean_slot_s"]:.2f} s per request on average
 ({model["replica_capacity_rps"]:.2f} req/s at full batch), startup {model["replica_startup_s"]:g} s.
 SLO: time to first token within {model["slo_ttft_s"]:g} s for {model["slo_attainment_target"]:.1%} of requests.</p>
-<table><tr><th>policy</th><th>SLO attainment</th><th>GPU-hours</th><th>vs oracle</th><th>cost $</th>
+{warning}<table><tr><th>policy</th><th>SLO attainment</th><th>GPU-hours</th><th>vs oracle</th><th>cost $</th>
 <th>scaling actions</th><th>mean replicas</th><th>max replicas</th></tr>{rows}</table>
 {figures}</body></html>"""

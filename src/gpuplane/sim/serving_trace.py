@@ -9,6 +9,7 @@ their own token counts.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import json
 import math
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpuplane.sim.servegen_tokens import sample_tokens
 from gpuplane.sim.trace import TraceError
 
 
@@ -36,6 +38,10 @@ class ServingTrace:
     context_tokens: np.ndarray
     generated_tokens: np.ndarray
     skipped: int = 0
+    token_source: str = ""
+    """Where ``context_tokens``/``generated_tokens`` come from: ``requests`` (each request's own, Azure and
+    Mooncake), ``servegen-dataset`` (a sample from the category's chunk-*-dataset.json files), or empty
+    (none: the simulator falls back to lengths fitted to the Azure 2023 conversation trace)."""
 
     @property
     def duration_s(self) -> float:
@@ -68,42 +74,20 @@ class ServingTrace:
         inner = np.arange(nonzero[0], nonzero[-1] + 1)
         holes = inner[filled[inner] == 0]
         filled[holes] = np.interp(holes, nonzero, self.rates[nonzero])
-        return ServingTrace(
-            self.name,
-            self.source,
-            self.window_s,
-            filled,
-            self.request_s,
-            self.context_tokens,
-            self.generated_tokens,
-            self.skipped,
-        )
+        return dataclasses.replace(self, rates=filled)
 
     def head_days(self, days: float) -> ServingTrace:
         """The first ``days`` days of the trace."""
         limit = days * 86400.0
         if self.rates.size:
             keep = max(1, math.ceil(limit / self.window_s))
-            return ServingTrace(
-                self.name,
-                self.source,
-                self.window_s,
-                self.rates[:keep],
-                self.request_s,
-                self.context_tokens,
-                self.generated_tokens,
-                self.skipped,
-            )
+            return dataclasses.replace(self, rates=self.rates[:keep])
         mask = self.request_s < limit
-        return ServingTrace(
-            self.name,
-            self.source,
-            self.window_s,
-            self.rates,
-            self.request_s[mask],
-            self.context_tokens[mask],
-            self.generated_tokens[mask],
-            self.skipped,
+        return dataclasses.replace(
+            self,
+            request_s=self.request_s[mask],
+            context_tokens=self.context_tokens[mask],
+            generated_tokens=self.generated_tokens[mask],
         )
 
     def counts(self, seed: int) -> np.ndarray:
@@ -117,8 +101,9 @@ class ServingTrace:
         return drawn
 
 
-def _add_rates(rows: Iterable[list[str]], totals: dict[int, float]) -> int:
-    """Add each row's rate (column 2) to its window (column 1); return how many rows were unusable."""
+def _add_rates(rows: Iterable[list[str]], totals: dict[int, float], mine: dict[int, float] | None = None) -> int:
+    """Add each row's rate (column 2) to its window (column 1), and to ``mine`` (one client's rates) when
+    given; return how many rows were unusable."""
     skipped = 0
     for row in rows:
         try:
@@ -130,11 +115,14 @@ def _add_rates(rows: Iterable[list[str]], totals: dict[int, float]) -> int:
             skipped += 1
             continue
         totals[start] = totals.get(start, 0.0) + rate
+        if mine is not None:
+            mine[start] = mine.get(start, 0.0) + rate
     return skipped
 
 
-def _servegen_dir(path: Path) -> tuple[np.ndarray, int]:
+def _servegen_dir(path: Path) -> tuple[np.ndarray, int, dict[int, dict[int, float]]]:
     totals: dict[int, float] = {}
+    clients: dict[int, dict[int, float]] = {}
     skipped = 0
     files = sorted(path.glob("chunk-*-trace.csv"))
     if not files:
@@ -143,9 +131,11 @@ def _servegen_dir(path: Path) -> tuple[np.ndarray, int]:
             "language/m-mid, or at its aggregate rate CSV"
         )
     for file in files:
+        client = file.name.split("-")[1]
+        mine = clients.setdefault(int(client), {}) if client.isdigit() else None
         with file.open(newline="") as handle:
-            skipped += _add_rates(csv.reader(handle), totals)
-    return _windows(totals, path), skipped
+            skipped += _add_rates(csv.reader(handle), totals, mine)
+    return _windows(totals, path), skipped, clients
 
 
 def _servegen_csv(path: Path) -> tuple[np.ndarray, int]:
@@ -249,8 +239,14 @@ def read_serving_trace(spec: str) -> ServingTrace:
         raise TraceError(f"{path}: no such file or folder")
     empty = np.zeros(0)
     if kind == "servegen":
-        rates, skipped = _servegen_dir(path) if path.is_dir() else _servegen_csv(path)
+        if path.is_dir():
+            rates, skipped, clients = _servegen_dir(path)
+            tokens = sample_tokens(path, clients)
+        else:
+            (rates, skipped), tokens = _servegen_csv(path), None
         name = path.name.removesuffix("_aggregate_rate.csv").removesuffix(".csv")
-        return ServingTrace(name, spec, 600.0, rates, empty, empty, empty, skipped)
+        if tokens is None:
+            return ServingTrace(name, spec, 600.0, rates, empty, empty, empty, skipped)
+        return ServingTrace(name, spec, 600.0, rates, empty, tokens[0], tokens[1], skipped, "servegen-dataset")
     seconds, context, generated, skipped = _azure(path) if kind == "azure" else _mooncake(path)
-    return ServingTrace(path.stem, spec, 1.0, empty, seconds, context, generated, skipped)
+    return ServingTrace(path.stem, spec, 1.0, empty, seconds, context, generated, skipped, "requests")
