@@ -41,7 +41,7 @@ def test_events_at_one_instant_are_handled_finish_first_and_autoscale_last():
     for event in reversed(ONE_OF_EACH):
         queue.push(5.0, event)
     queue.push(4.0, AutoscaleTick())
-    order = [queue.pop() for _ in range(len(ONE_OF_EACH) + 1)]
+    order = list(queue.drain())
     assert order[0] == (4.0, AutoscaleTick())
     assert [event for _, event in order[1:]] == ONE_OF_EACH
     assert [type(event) for event in ONE_OF_EACH] == list(EVENT_TYPES)
@@ -51,16 +51,47 @@ def test_events_of_one_kind_at_one_instant_keep_their_order():
     queue = EventQueue()
     for job in ("c", "a", "b"):
         queue.push(1.0, RecheckDue(job, 0))
-    assert [queue.pop()[1].job_id for _ in range(3)] == ["c", "a", "b"]  # type: ignore[union-attr]
+    assert [event.job_id for _, event in queue.drain()] == ["c", "a", "b"]  # type: ignore[union-attr]
 
 
-def test_the_queue_counts_the_job_events_it_holds():
-    queue = EventQueue()
+def test_submissions_come_in_their_turn_among_the_queued_events():
+    late, early, tied = (
+        TraceJob(name, "a", at, 60.0, 1) for name, at in (("late", 9.0), ("early", 1.0), ("tied", 5.0))
+    )
+    queue = EventQueue([late, early, tied])
+    for event in (CycleDue(), NodeUp("n"), LevelCrossed("j", 0)):
+        queue.push(5.0, event)
+    queue.push(0.5, JobFinished("j", 0))
+    order = [(at, type(event).__name__) for at, event in queue.drain()]
+    assert order == [
+        (0.5, "JobFinished"),
+        (1.0, "JobSubmitted"),
+        (5.0, "NodeUp"),
+        (5.0, "JobSubmitted"),
+        (5.0, "LevelCrossed"),
+        (5.0, "CycleDue"),
+        (9.0, "JobSubmitted"),
+    ]
+
+
+def test_events_queued_while_draining_are_taken_in_their_turn():
+    queue = EventQueue([TraceJob("j", "a", 10.0, 60.0, 1)])
+    queue.push(1.0, CycleDue())
+    seen = []
+    for at, event in queue.drain():
+        seen.append((at, type(event).__name__))
+        if isinstance(event, CycleDue):
+            queue.push(10.0, JobFinished("x", 0))
+    assert seen == [(1.0, "CycleDue"), (10.0, "JobFinished"), (10.0, "JobSubmitted")]
+
+
+def test_the_queue_counts_the_job_events_it_holds_submissions_included():
+    queue = EventQueue([TraceJob("j", "a", 0.0, 60.0, 1)])
     for event in ONE_OF_EACH:
         queue.push(0.0, event)
-    assert queue.job_events == 5  # node events (down, up, ready, autoscale) are not about jobs
-    while queue:
-        queue.pop()
+    assert queue.job_events == 6  # node events (down, up, ready, autoscale) are not about jobs
+    for _ in queue.drain():
+        pass
     assert queue.job_events == 0
 
 

@@ -194,7 +194,7 @@ class Simulation:
         self.rechecks = _Rechecks.of(self.index)
         self.keep_reservations = self.policy.scheduling.backfill.keep_reservations
         self.state = CycleState(self.index, nodes, 0.0)
-        self.queue = EventQueue()
+        self.queue = EventQueue(trace.jobs)
         self.pools = PoolTable.of(self.policy, self.index)
         self.outages = SpotOutages(self.policy, nodes, seed)
         self.jobs = JobBook()
@@ -229,8 +229,9 @@ class Simulation:
         now = 0.0
         same_instant = 0
         limit = _STUCK_EVENTS + 4 * self._trace_jobs
-        while self.queue and self.jobs.finished < self._trace_jobs:
-            t, event = self.queue.pop()
+        for t, event in self.queue.drain():
+            if self.jobs.finished >= self._trace_jobs:
+                break
             same_instant = same_instant + 1 if t == now else 0
             if same_instant > limit:
                 raise SimulationStuck(f"virtual time stopped at t={now:.6f}s ({same_instant} events without progress)")
@@ -254,8 +255,6 @@ class Simulation:
         }
 
     def _queue_first_events(self) -> None:
-        for job in self.trace.jobs:
-            self.queue.push(job.submit_s, JobSubmitted(job))
         for node in self.outages.spot_nodes():
             self._queue_interruption(node, 0.0)
         if self.scaler is not None:

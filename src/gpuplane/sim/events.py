@@ -11,6 +11,7 @@ Events of one kind at one instant are handled in the order they were queued.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -122,29 +123,51 @@ EVENT_TYPES: tuple[type[Event], ...] = (
 
 
 class EventQueue:
-    """Events by virtual time, then rank, then the order they were queued."""
+    """Events by virtual time, then rank, then the order they were queued.
 
-    __slots__ = ("_heap", "_queued", "job_events")
+    The trace's submissions are known in advance: they wait in their own list, in order, and are merged
+    with the queued events as they come due, so the heap holds only the events in flight. The order is the
+    one a heap holding them all would give, since they are queued first (before any other event).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_arrivals", "_heap", "_heap_job_events", "_next_arrival", "_queued")
+
+    def __init__(self, arrivals: Sequence[TraceJob] = ()) -> None:
+        """``arrivals``: the jobs to submit, each at its ``submit_s`` (ties in the order given)."""
+        self._arrivals = sorted(arrivals, key=lambda job: job.submit_s)
+        self._next_arrival = 0
         self._heap: list[tuple[float, int, int, Event]] = []
         self._queued = 0
-        self.job_events = 0
-        """Events about jobs still queued."""
+        self._heap_job_events = 0
 
-    def __bool__(self) -> bool:
-        return bool(self._heap)
+    @property
+    def job_events(self) -> int:
+        """Events about jobs still to be handled, submissions included."""
+        return self._heap_job_events + len(self._arrivals) - self._next_arrival
 
     def push(self, at: float, event: Event) -> None:
         """Queue ``event`` at virtual time ``at``."""
         heapq.heappush(self._heap, (at, event.rank, self._queued, event))
         self._queued += 1
         if event.about_jobs:
-            self.job_events += 1
+            self._heap_job_events += 1
 
-    def pop(self) -> tuple[float, Event]:
-        """The next event and its time."""
-        at, _rank, _queued, event = heapq.heappop(self._heap)
-        if event.about_jobs:
-            self.job_events -= 1
-        return at, event
+    def drain(self) -> Iterator[tuple[float, Event]]:
+        """Take the events out in order, each with its time, until none is left (events queued meanwhile
+        are taken in their turn)."""
+        heap, arrivals = self._heap, self._arrivals
+        submitted_rank = JobSubmitted.rank
+        while True:
+            if self._next_arrival < len(arrivals):
+                job = arrivals[self._next_arrival]
+                at = job.submit_s
+                if not heap or at < heap[0][0] or (at == heap[0][0] and submitted_rank <= heap[0][1]):
+                    self._next_arrival += 1
+                    yield at, JobSubmitted(job)
+                    continue
+            elif not heap:
+                return
+            at, _rank, _queued, event = heapq.heappop(heap)
+            if event.about_jobs:
+                self._heap_job_events -= 1
+            yield at, event
