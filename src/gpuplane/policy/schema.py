@@ -176,6 +176,7 @@ class ServiceLevelsSpec(_Spec):
     preempt_within_queue: bool = True
     preempt_borrowed: bool = False
     order: Literal["across_queues", "within_queue"] = "across_queues"
+    spare_longer_waiting: bool = False
 
 
 class SchedulingSpec(_Spec):

@@ -24,13 +24,14 @@ from typing import Any
 
 from gpuplane.model.cluster import ClusterSnapshot
 from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
+from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.model.workload import Workload
 from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.preemption import plan_preemption
 from gpuplane.scheduler.reasons import make_reason
-from gpuplane.scheduler.resolve import InvalidWorkload, Resolved
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay
 from gpuplane.scheduler.state import CycleState, Reservation, RunEntry
 
 _FAILURE_RANK = {
@@ -157,7 +158,10 @@ class _Cycle:
         self.preemption = index.policy.scheduling.preemption.enabled
         self.blocked_pools: dict[str, str] = {}
         self.blocked_queues: dict[str, str] = {}
-        self.preempt_memo: dict[tuple[object, ...], int] = {}
+        self.preempt_memo: dict[tuple[object, ...], list[tuple[int, float]]] = {}
+        """Failed preemption searches per preemption key: (GPUs required, queueing delay of the preemptor). A
+        later search with as many GPUs and no longer a wait fails too (victims that waited longer than the
+        preemptor are spared with ``spare_longer_waiting``; without it every wait counts as 0)."""
         self.shares: dict[str, tuple[int, float]] = {}
         self.all_pools = len(index.pools)
         self.levels = bool(index.level_thresholds_gpu_s)
@@ -311,6 +315,7 @@ class _Cycle:
                 checkpoint_interval=r.workload.checkpoint_interval_s,
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
+                waited_s=queueing_delay(r.workload, st.now, fit.milli / MILLI_PER_GPU),
                 aged=r.promote_at <= st.now,
                 spread_group=r.workload.spread_group,
             )
@@ -348,12 +353,13 @@ class _Cycle:
 
     def _try_preemption(self, r: Resolved) -> bool:
         key = r.preemption_key
-        known = self.preempt_memo.get(key)
-        if known is not None and r.required >= known:
+        waited = r.waited_s(self.st.now) if self.index.spare_longer_waiting else 0.0
+        failed = self.preempt_memo.get(key)
+        if failed is not None and any(r.required >= need and waited <= w for need, w in failed):
             return False
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
-            self.preempt_memo[key] = min(r.required, self.preempt_memo.get(key, r.required))
+            self.preempt_memo.setdefault(key, []).append((r.required, waited))
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
         for victim in plan.victims:

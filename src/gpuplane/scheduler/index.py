@@ -178,6 +178,7 @@ class PolicyIndex:
         )
         self.level_preemption = levels is not None and levels.preempt_within_queue
         self.level_preemption_of_borrowed = levels is not None and levels.preempt_borrowed
+        self.spare_longer_waiting = levels is not None and levels.spare_longer_waiting
         self.levels_across_queues = levels is None or levels.order == "across_queues"
         guard = policy.scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0

@@ -56,6 +56,9 @@ class _Source:
 
     queue: QueueInfo
     accept: Callable[[Standing], bool]
+    wait_limit: float | None = None
+    """With ``service_levels.spare_longer_waiting``: victims of the preemptor's tier or above must have waited
+    no longer than this (the preemptor's own queueing delay); None for reclaim, a right of quota."""
 
 
 def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[str, _Source], bool]:
@@ -75,7 +78,8 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
             return s.tier.name in r.tier.may_preempt
         return (by_level and more_served(s)) or waited_less(s)
 
-    sources = {r.queue.name: _Source(r.queue, same_queue)}
+    limit = r.waited_s(st.now) if st.index.spare_longer_waiting else None
+    sources = {r.queue.name: _Source(r.queue, same_queue, limit)}
     if r.queue.cohort is None:
         return sources, False
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
@@ -98,10 +102,11 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
         accept = more_served
     else:
         return sources, False
+    cross_limit = None if accept is reclaimable else limit
     for name in st.index.cohort_members[r.queue.cohort]:
         queue = st.index.queues[name]
         if name != r.queue.name and st.ledger.borrowing(queue, flavor):
-            sources[name] = _Source(queue, accept)
+            sources[name] = _Source(queue, accept, cross_limit)
     return sources, accept is reclaimable
 
 
@@ -116,12 +121,17 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
 
 def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> Iterator[RunEntry]:
     """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues;
-    another queue's runs within its nominal core are skipped when the policy spares them."""
+    another queue's runs within its nominal core are skipped when the policy spares them, and so are runs of
+    the preemptor's tier that have waited longer than it has (``spare_longer_waiting``, except for reclaim)."""
     ranked = [lst for name, s in sources.items() for lst in st.victims.accepted(name, option.flavor, s.accept)]
     core = st.victims.core
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
-        if not e.evicted and not (core and e.queue is not r.queue and e.id in core):
-            yield e
+        if e.evicted or (core and e.queue is not r.queue and e.id in core):
+            continue
+        limit = sources[e.queue.name].wait_limit if e.queue is not None else None
+        if limit is not None and e.tier is not None and e.tier.value >= r.priority and e.waited_s > limit:
+            continue
+        yield e
 
 
 def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ranked: list[RunEntry]) -> list[RunEntry]:

@@ -89,6 +89,11 @@ class Resolved:
         """The workload id."""
         return self.workload.id
 
+    def waited_s(self, now: float) -> float:
+        """Its queueing delay so far (see ``queueing_delay``), its GPUs counted by the first option's charge."""
+        milli = self.options[0].milli * self.required if self.options else MILLI_PER_GPU
+        return queueing_delay(self.workload, now, milli / MILLI_PER_GPU)
+
     @property
     def priority(self) -> int:
         """The workload's priority value."""
@@ -164,6 +169,12 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         gpus = max(1.0, profile.required * profile.gpus_per_pod)
         resolved.promote_at = w.submit_time + w.attained_gpu_s / gpus + index.starvation_guard_s
     return resolved
+
+
+def queueing_delay(w: Workload, at: float, gpus: float) -> float:
+    """How long ``w`` has waited by ``at``: the time since its submission less the time it ran before (its
+    attained GPU-seconds over the ``gpus`` it holds). Waiting after a preemption counts, as in the JCT."""
+    return max(0.0, at - w.submit_time - w.attained_gpu_s / max(gpus, 1e-3))
 
 
 def _profile(w: Workload, index: PolicyIndex) -> _Profile:

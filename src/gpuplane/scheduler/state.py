@@ -14,7 +14,7 @@ from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
 from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_level
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
-from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
 
 
 @dataclass(slots=True, eq=False)
@@ -37,6 +37,8 @@ class RunEntry:
     evicted: bool = False
     attained_gpu_s: float = 0.0
     """GPU-seconds received before this run started."""
+    waited_s: float = 0.0
+    """Queueing delay accumulated before this run started: from submission to start, less earlier runs."""
     aged: bool = False
     """Started after the starvation guard promoted it: never taken by other promoted work, and protected
     when the policy's ``starvation_guard_protects_runs`` says so."""
@@ -256,6 +258,7 @@ class CycleState:
             last_checkpoint=run.last_checkpoint_time,
             checkpoint_interval=run.workload.checkpoint_interval_s,
             attained_gpu_s=run.workload.attained_gpu_s,
+            waited_s=queueing_delay(run.workload, run.start_time, milli / MILLI_PER_GPU),
             aged=aged,
             spread_group=run.workload.spread_group,
         )
