@@ -131,8 +131,10 @@ class StubEngine:
     def stop(self, job_id: str) -> None:
         self.runs.discard(job_id)
 
-    def recover(self, job: Any) -> bool:
-        return False
+    def recover(self, job: Any) -> Any:
+        from gpuplane.live.ray_engine import RunPhase, RunStatus
+
+        return RunStatus(RunPhase.LOST)
 
     def read_log(self, job: Any, rank: int = 0, offset: int = 0) -> bytes:
         return b"log line\n"[min(offset, 9) :]

@@ -37,9 +37,15 @@ def pid_path(log_path: Path) -> Path:
     return log_path.with_suffix(".pid")
 
 
+def exit_path(log_path: Path) -> Path:
+    """Where the reaper records how the entrypoint of the rank logging to ``log_path`` ended."""
+    return log_path.with_suffix(".exit")
+
+
 def start_entrypoint(argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
     """Start a job's entrypoint under ``reaper.py`` as a new process group that dies with this process, with only
-    ``env`` on top of the safe base, output to ``log_path``; the group is recorded next to the log.
+    ``env`` on top of the safe base, output to ``log_path``; the group is recorded next to the log, and so is the
+    entrypoint's exit code when it ends by itself (``exit_path``).
 
     FileNotFoundError when the program cannot be found, as if it were started directly (a failed start).
     """
@@ -53,7 +59,16 @@ def start_entrypoint(argv: list[str], env: dict[str, str], cwd: Path, log_path: 
     log = open_private_log(log_path)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", reaper.__file__, str(os.getpid()), "--", *argv],
+            [
+                sys.executable,
+                "-I",
+                reaper.__file__,
+                str(os.getpid()),
+                "--exit-file",
+                str(exit_path(log_path)),
+                "--",
+                *argv,
+            ],
             env=full_env,
             cwd=cwd,
             stdout=log,

@@ -115,8 +115,12 @@ class ControlPlane:
         """Nodes being drained: their work runs on, nothing new is placed there."""
 
     def recover(self) -> dict[str, int]:
-        """Load every job from the store and reconcile it with what the engine still runs."""
-        counts = {"recovered_running": 0, "requeued": 0, "pending": 0, "finished": 0}
+        """Load every job from the store and reconcile it with what the engine still runs or knows has ended.
+
+        A run that ended while no plane watched it is settled as the plane would have settled it then (finished
+        with its real exit code, cancelled, or requeued after its preemption), never started again; a run that
+        is gone without an end is requeued (``lost_on_restart``)."""
+        counts = {"recovered_running": 0, "requeued": 0, "pending": 0, "finished": 0, "ended_unwatched": 0}
         events: list[EventRecord] = []
         now = self.clock()
         with self.lock:
@@ -130,8 +134,13 @@ class ControlPlane:
                 if job.state is JobState.PENDING:
                     counts["pending"] += 1
                     continue
-                if self.engine.recover(job):
+                status = self.engine.recover(job)
+                if status.phase in (RunPhase.RUNNING, RunPhase.STARTING):
                     counts["recovered_running"] += 1
+                    continue
+                if status.phase is RunPhase.EXITED:
+                    counts["ended_unwatched"] += 1
+                    self._settle_unwatched(job, status, now, events)
                     continue
                 if job.state is JobState.CANCELLING:
                     self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
@@ -139,7 +148,25 @@ class ControlPlane:
                 self._requeue(job, now, events, "lost_on_restart", {"was": job.state.value})
                 counts["requeued"] += 1
             self.store.save_jobs([self.jobs[e.subject] for e in events if e.subject in self.jobs], events)
+        if self.metrics is not None:
+            for ev in events:
+                self.metrics.observe_event(ev.kind, ev.reason, ev.team, ev.details)
         return counts
+
+    def _settle_unwatched(self, job: JobRecord, status: RunStatus, now: float, events: list[EventRecord]) -> None:
+        """Carry out what the plane would have done had it seen ``job``'s run end (``status``: EXITED, with the
+        end time its reapers recorded), charging the run up to that end rather than up to the restart."""
+        floor = job.start_time if job.start_time is not None else (job.admitted_time or now)
+        end = min(now, max(floor, status.ended_at if status.ended_at is not None else now))
+        details: dict[str, Any] = {"exit_code": status.exit_code, "ended_while_unwatched": True}
+        if job.state is JobState.CANCELLING:
+            self._finish(job, JobState.CANCELLED, end, status.exit_code, events, "cancelled", details)
+        elif job.state is JobState.PREEMPTING:
+            self._requeue(job, end, events, "requeued_after_preemption", {**details, "killed_after_grace": False})
+        else:
+            state = JobState.SUCCEEDED if status.exit_code == 0 else JobState.FAILED
+            message = exit_message(status.exit_code)
+            self._finish(job, state, end, status.exit_code, events, state.value, {**details, "message": message})
 
     def submit(self, job: JobRecord) -> JobRecord:
         """Accept ``job`` (persisted before this returns) or raise SubmitError naming the field to fix.
