@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplane.cli import main
 from gpuplane.io.policy_file import load_policy
@@ -405,8 +406,24 @@ def test_cli_submits_lists_explains_shows_logs_and_cancels(api: str, capsys: pyt
     assert "401" in capsys.readouterr().err
 
 
-def test_metrics_follow_prometheus_conventions(api: str) -> None:
-    text = client(api, "admin").get("/metrics").text
+def test_metrics_follow_prometheus_conventions(api: str, plane: LivePlane) -> None:
+    assert plane.gpu_source is not None, "serve opens a GPU telemetry source by default"
+    source = plane.gpu_source.source.value
+
+    def telemetry_exported() -> str | None:
+        text = client(api, "admin").get("/metrics").text
+        return text if f'source="{source}"' in text else None
+
+    text = wait_for(telemetry_exported, 30, "the GPU telemetry gauges")
+    if source == "virtual":
+        sizes = {
+            (s.labels["node"], s.labels["gpu"], s.labels["source"]): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "gpuplane_gpu_memory_total_bytes"
+        }
+        assert sizes[("train-0000", "0", "virtual")] == 80 * (1 << 30), "the policy's a100-80gb"
+        assert "gpuplane_gpu_utilization_ratio{" not in text, "a virtual GPU's utilization is unknown, not 0"
     for name in (
         "gpuplane_pool_gpus",
         "gpuplane_pool_gpus_allocated",

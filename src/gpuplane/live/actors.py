@@ -93,7 +93,8 @@ class JobRank:
         self._info: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
-        """Start the entrypoint; returns the process id, the node address and the GPU ids Ray assigned.
+        """Start the entrypoint; returns the process id, the node address, the GPU ids Ray assigned and the
+        ``CUDA_VISIBLE_DEVICES`` the entrypoint sees (what GPU telemetry maps it by).
 
         Idempotent: a second call returns what the first started, so a restarted control plane may call it on
         an actor whose first call (from the plane that died) may or may not have run, and the entrypoint still
@@ -110,6 +111,7 @@ class JobRank:
             "pid": self._proc.pid,
             "node_ip": node_ip,
             "ray_gpu_ids": [str(g) for g in ray_gpus],
+            "cuda_visible_devices": self._env.get("CUDA_VISIBLE_DEVICES"),
         }
         return self._info
 
@@ -173,7 +175,8 @@ class ServiceReplica:
         self._info: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
-        """Bind a free port on the node's address and serve; returns the URL. Idempotent (see ``JobRank.start``)."""
+        """Bind a free port on the node's address and serve; returns the URL and the ``CUDA_VISIBLE_DEVICES`` Ray
+        gave this replica's process. Idempotent (see ``JobRank.start``)."""
         with self._starting:
             if self._info is None:
                 self._info = self._serve()
@@ -214,7 +217,11 @@ class ServiceReplica:
         self._server = ThreadingHTTPServer((host, 0), _Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return {"url": f"http://{host}:{self._server.server_address[1]}", "node_ip": host}
+        return {
+            "url": f"http://{host}:{self._server.server_address[1]}",
+            "node_ip": host,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
 
     def _call(self, body: dict[str, Any]) -> Any:
         result = self._handler({**self._options, **body})

@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.accounting import price_book
-from gpuplane.live.convert import gpus_asked, gpus_held, placement_to_dict, pod_gpus, to_node, to_running, to_workload
+from gpuplane.live.convert import (
+    gpus_asked,
+    gpus_held,
+    placement_to_dict,
+    pod_cuda_visible,
+    pod_gpus,
+    to_node,
+    to_running,
+    to_workload,
+)
 from gpuplane.live.feasibility import never_runs
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import check_mode
@@ -113,6 +122,8 @@ class ControlPlane:
         """Nodes ordered and not yet joined, per pool (kept by the node autoscaler)."""
         self.cordoned: set[str] = set()
         """Nodes being drained: their work runs on, nothing new is placed there."""
+        self._started_info: dict[str, list[dict[str, Any]]] = {}
+        """Per running workload, what each pod reported when it started (from the engine's last statuses)."""
 
     def recover(self) -> dict[str, int]:
         """Load every job from the store and reconcile it with what the engine still runs or knows has ended.
@@ -265,6 +276,9 @@ class ControlPlane:
         changed: dict[str, JobRecord] = {}
         stops: list[str] = []
         with self.lock:
+            self._started_info = {
+                job_id: status.info for job_id, status in statuses.items() if status.phase is RunPhase.RUNNING
+            }
             self._observe(statuses, now, events, changed, stops)
             alive = {n.name: n for n in nodes if n.alive and n.pool in self.index.pools}
             self._drop_lost_nodes(alive, now, events, changed, stops)
@@ -579,6 +593,25 @@ class ControlPlane:
         with self.lock:
             jobs = list(self.jobs.values())
         self.metrics.observe_jobs(jobs, states, gpus, report.now)
+
+    def running_pods(self) -> dict[str, list[tuple[str, str | None]]]:
+        """Per running job, each pod's node and the ``CUDA_VISIBLE_DEVICES`` its process was started with (as the
+        pod reported it at start; its placed GPU indices when it did not say), for mapping GPU telemetry."""
+        out: dict[str, list[tuple[str, str | None]]] = {}
+        with self.lock:
+            for job in self.jobs.values():
+                if job.state is not JobState.RUNNING or job.placement is None:
+                    continue
+                info = self._started_info.get(job.id, [])
+                ranks: list[tuple[str, str | None]] = []
+                for rank, pod in enumerate(job.placement["pods"]):
+                    reported = info[rank] if rank < len(info) else {}
+                    if "cuda_visible_devices" in reported:
+                        ranks.append((pod["node"], reported["cuda_visible_devices"]))
+                    else:
+                        ranks.append((pod["node"], pod_cuda_visible(pod)))
+                out[job.id] = ranks
+        return out
 
     def booting_nodes(self) -> dict[str, int]:
         """Nodes ordered and not yet joined, per pool (none unless a node autoscaler is attached)."""

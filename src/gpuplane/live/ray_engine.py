@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuplane.live.actors import JobRank, ServiceReplica, exit_path, pid_path
+from gpuplane.live.convert import pod_cuda_visible
 from gpuplane.live.process_tree import kill_group, recorded_exit
 from gpuplane.live.ray_cluster import NODE_LABEL, SLOT_RESOURCE, discover_nodes, gpu_resource
 from gpuplane.live.records import JobRecord
@@ -164,7 +165,7 @@ class RayEngine:
         ckpt = private_dir(self.checkpoint_dir(job.id))
         return {
             **job.env,
-            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in pod["gpus"]),
+            "CUDA_VISIBLE_DEVICES": pod_cuda_visible(pod),
             "GPUPLANE_JOB_ID": job.id,
             "GPUPLANE_TEAM": job.team,
             "GPUPLANE_ATTEMPT": str(job.attempts),
