@@ -387,3 +387,19 @@ def test_a_failed_search_is_not_reused_for_work_that_waited_longer():
     ran_before = served(job("ran-before", klass="batch", t=0), 0.9)
     res = cycle(p, node_list, [ran_before, job("patient", klass="batch", t=100)], run, now=1_000)
     assert kinds(res) == {"victim": "preempt", "patient": "admit", "ran-before": "wait"}
+
+
+def test_equally_served_victims_are_taken_least_waited_first_when_the_policy_says_so():
+    """Both runs are at level 1; 'waited' queued 10 h before it started, 'fresh' not at all and started
+    later (so it has lost less work and would be the victim anyway): 'waited' started last here so that
+    only the wait tells them apart."""
+    doc = {**LEVELS, "scheduling": {**LEVELS["scheduling"], "preemption": {"victims_least_waited_first": True}}}
+    p = policy(**doc)
+    node_list = nodes(p, train=2)
+    fresh = job("fresh", klass="batch", t=36_000)
+    waited = job("waited", klass="batch", t=0)
+    run = running(p, node_list, [(fresh, 36_000, None), (waited, 36_100, None)])
+    preemptor = job("short", klass="batch", t=37_000)
+    assert kinds(cycle(p, node_list, [preemptor], run, now=37_100)) == {"fresh": "preempt", "short": "admit"}
+    plain = policy(**LEVELS)
+    assert kinds(cycle(plain, node_list, [preemptor], run, now=37_100)) == {"waited": "preempt", "short": "admit"}

@@ -42,13 +42,14 @@ from gpuplane.live.run_costs import charge_run
 from gpuplane.live.store import Store
 from gpuplane.model.cluster import ClusterSnapshot
 from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
+from gpuplane.model.load import LoadSignals, PendingWaitAverage
 from gpuplane.model.workload import Workload
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler.cycle import CycleResult, schedule
 from gpuplane.scheduler.estimate import StartEstimate, estimate_starts
 from gpuplane.scheduler.explain import explain_dict
 from gpuplane.scheduler.index import PolicyIndex
-from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, queueing_delay, resolve
 
 log = logging.getLogger("gpuplane.live")
 CHECKPOINT_REFRESH_S = 5.0
@@ -100,6 +101,9 @@ class ControlPlane:
         self.policy = policy
         self._prices = price_book(policy)
         self.index = PolicyIndex(policy)
+        self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
+        """The pending jobs' mean queueing delay over time, for a starvation guard that follows the load (kept in
+        memory: after a restart the guard follows again from the first tick)."""
         self.store = store
         self.engine = engine
         self.node_provider = nodes
@@ -321,6 +325,7 @@ class ControlPlane:
             self.last_result = result
             self.last_nodes = nodes
             starts, signals = self._apply(result, now, events, changed, report)
+            self._observe_pending_waits(now)
             self._record_waits(result, events, changed)
             self._mark_reserved(result, changed)
             report.pending = len(snapshot.pending)
@@ -436,7 +441,21 @@ class ControlPlane:
             elif job.state is JobState.PENDING and (job.not_before is None or job.not_before <= now):
                 pending.append(self._workload(job))
         nodes = [to_node(n, n.name not in self.cordoned) for n in alive.values()]
-        return ClusterSnapshot(now, nodes, running, pending)
+        load = LoadSignals() if self.pending_waits is None else self.pending_waits.signals
+        return ClusterSnapshot(now, nodes, running, pending, load)
+
+    def _observe_pending_waits(self, now: float) -> None:
+        """Record how long the jobs still pending after this tick have waited (the guard's load figure)."""
+        if self.pending_waits is None:
+            return
+        self.pending_waits.observe(
+            now,
+            (
+                queueing_delay(self._workload(job), now, max(1, job.pods * job.gpus_per_pod))
+                for job in self.jobs.values()
+                if job.state is JobState.PENDING
+            ),
+        )
 
     def _workload(self, job: JobRecord) -> Workload:
         workload = self._workloads.get(job.id)

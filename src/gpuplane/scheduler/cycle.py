@@ -25,6 +25,7 @@ from typing import Any
 from gpuplane.model.cluster import ClusterSnapshot
 from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
 from gpuplane.model.gpu import MILLI_PER_GPU
+from gpuplane.model.load import LoadSignals
 from gpuplane.model.workload import Workload
 from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
@@ -129,19 +130,21 @@ def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
     Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
     snapshot contradicts itself (a GPU held twice, an unknown node).
     """
-    state = CycleState(index, snapshot.nodes, snapshot.now, remember_resolved=False)
+    state = CycleState(index, snapshot.nodes, snapshot.now, remember_resolved=False, load=snapshot.load)
     state.load(snapshot.running)
-    return run_cycle(state, snapshot.now, snapshot.pending)
+    return run_cycle(state, snapshot.now, snapshot.pending, snapshot.load)
 
 
-def run_cycle(state: CycleState, now: float, pending: Sequence[Workload]) -> CycleResult:
+def run_cycle(
+    state: CycleState, now: float, pending: Sequence[Workload], load: LoadSignals | None = None
+) -> CycleResult:
     """The same cycle on a state a runtime keeps: decide at ``now`` and leave ``state`` with the decisions applied.
 
     ``schedule`` is this on a state built from a snapshot; a runtime that applies every decision at once
     (the simulator) calls it on one long-lived state, so the decisions are identical to ``schedule`` on
     the equivalent snapshot (tested) while a cycle costs only what is pending, not the whole cluster.
     """
-    state.begin_cycle(now)
+    state.begin_cycle(now, load)
     return _Cycle(state, pending).run()
 
 
@@ -173,6 +176,7 @@ class _Cycle:
         queues: dict[str, list[Resolved | None]] = {}
         self.st.forget_resolved(len(self.pending))
         resolve, now = self.st.resolve, self.st.now  # hot loop: once per pending workload per cycle
+        promote_at = self.st.promote_at
         keep = self.index.policy.scheduling.backfill.keep_reservations
         for w in self.pending:
             try:
@@ -180,7 +184,7 @@ class _Cycle:
             except InvalidWorkload as exc:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
                 continue
-            if not r.promoted and (r.promote_at <= now or (keep and r.workload.reserved_before)):
+            if not r.promoted and (promote_at(r) <= now or (keep and r.workload.reserved_before)):
                 r.promote(self.index.promoted_preempt_borrowed)
             items = queues.get(r.queue.name)
             if items is None:
@@ -316,7 +320,7 @@ class _Cycle:
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
                 waited_s=queueing_delay(r.workload, st.now, fit.milli / MILLI_PER_GPU),
-                aged=r.promote_at <= st.now,
+                aged=st.promote_at(r) <= st.now,
                 spread_group=r.workload.spread_group,
             )
         )

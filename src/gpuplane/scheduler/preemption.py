@@ -136,8 +136,9 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict
 
 def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ranked: list[RunEntry]) -> list[RunEntry]:
     """Victims reordered for multi-GPU pods: first those of the nodes that are cheapest to clear for one pod,
-    then the rest in victim order. A node's cost is the worst victim it needs (tier, then level, as in victim
-    order), then the work lost (with a fixed cost per victim).
+    then the rest in victim order. A node's cost is the worst victim it needs (tier, then level, then with
+    ``victims_least_waited_first`` its queueing delay, as in victim order), then the work lost (with a fixed
+    cost per victim).
 
     In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
     node is whole, and the victims it spares afterwards are not the cheapest whole nodes.
@@ -150,18 +151,19 @@ def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ran
         for node in {slot[0] for slot in e.slots}:
             if cap.node_pool[node] in pools:
                 on_node.setdefault(node, []).append(e)
-    costed: list[tuple[tuple[int, int], float, int, list[RunEntry]]] = []
+    by_wait = st.index.policy.scheduling.preemption.victims_least_waited_first
+    costed: list[tuple[tuple[int, int, float], float, int, list[RunEntry]]] = []
     for node, entries in on_node.items():
         free = len(cap.free[node])
         if free >= need:
             continue
-        worst = (-(2**31), 0)
+        worst: tuple[int, int, float] = (-(2**31), 0, 0.0)
         cost = 0.0
         taken: list[RunEntry] = []
         for e in entries:
             free += sum(len(gpus) for n, gpus, _ in e.slots if n == node)
-            tier, neg_level, lost, *_ = victim_rank(e, now, victims.level(e))
-            worst = max(worst, (tier, neg_level))
+            tier, neg_level, waited, lost, *_ = victim_rank(e, now, victims.level(e), by_wait)
+            worst = max(worst, (tier, neg_level, waited))
             cost += e.gpus * (lost + _VICTIM_COST_S)
             taken.append(e)
             if free >= need:
