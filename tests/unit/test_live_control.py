@@ -441,3 +441,26 @@ def test_a_pending_jobs_wait_reason_is_an_event_each_time_it_changes(tmp_path: P
     cp.tick()
     cp.tick()
     assert cp.jobs["waiter"].state is JobState.ADMITTED and cp.jobs["waiter"].wait_reason is None
+
+
+def test_a_load_following_starvation_guard_gets_the_pending_jobs_measured_wait(tmp_path: Path) -> None:
+    """The plane averages the waits of what stays pending after each tick and hands the average to the core."""
+    doc = yaml.safe_load(POLICY.read_text())
+    doc["scheduling"]["starvation_guard_load_factor"] = 2
+    guarded = parse_policy(yaml.safe_dump(doc), "guarded.yaml")
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock, guarded)
+    assert cp.pending_waits is not None
+    cp.submit(job("first", pods=2))
+    cp.submit(job("second", pods=2))
+    cp.tick()  # 'first' takes both nodes; 'second' waits from 1,000 s
+    assert cp.pending_waits.signals.pending_wait_s is None
+    clock.now += 3600
+    cp.tick()  # nothing waited before, so the average is 0; from now on 'second' has waited an hour
+    assert cp.pending_waits.signals.pending_wait_s == pytest.approx(0.0)
+    clock.now += 3600
+    cp.tick()
+    keep = 0.5 ** (3600 / 86400)
+    assert cp.pending_waits.signals.pending_wait_s == pytest.approx((1 - keep) * 3600)
+    nodes = {n.name: n for n in FakeNodes().nodes()}
+    assert cp._snapshot(nodes, clock.now).load == cp.pending_waits.signals
