@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -403,3 +404,39 @@ def test_equally_served_victims_are_taken_least_waited_first_when_the_policy_say
     assert kinds(cycle(p, node_list, [preemptor], run, now=37_100)) == {"fresh": "preempt", "short": "admit"}
     plain = policy(**LEVELS)
     assert kinds(cycle(plain, node_list, [preemptor], run, now=37_100)) == {"waited": "preempt", "short": "admit"}
+
+
+def nominal_level_policy(level: int | None) -> Any:
+    teams = [
+        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+    ]
+    levels: dict[str, Any] = {"thresholds_gpu_hours": [1, 10], "preempt_within_queue": False, "preempt_borrowed": True}
+    if level is not None:
+        levels["preempt_nominal_from_level"] = level
+    return policy(teams=teams, scheduling={"service_levels": levels})
+
+
+def test_less_served_work_may_take_long_runs_within_another_queues_nominal_quota_when_the_policy_says_so():
+    """a runs a long job within its nominal 8 GPUs (16 GPU-hours by 7,200 s: level 2); b holds its own 8 and
+    asks 8 more, which it would borrow, but the cohort has nothing left to lend."""
+    for level, expected in ((2, {"a-long": "preempt", "b-new": "admit"}), (None, {"b-new": "wait"})):
+        p = nominal_level_policy(level)
+        node_list = nodes(p, train=2)
+        run = running(
+            p, node_list, [(job("a-long", queue="a", klass="batch"), 0, None), (job("b-own", queue="b"), 6_000, None)]
+        )
+        res = cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)
+        assert kinds(res) == expected, level
+    assert res.waiting[0].reason.code.value == "cohort_quota_exhausted"
+
+
+def test_runs_below_that_level_keep_their_nominal_quota():
+    p = nominal_level_policy(3)  # a's run is at level 2
+    node_list = nodes(p, train=2)
+    run = running(
+        p, node_list, [(job("a-long", queue="a", klass="batch"), 0, None), (job("b-own", queue="b"), 6_000, None)]
+    )
+    assert kinds(cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)) == {
+        "b-new": "wait"
+    }

@@ -178,6 +178,7 @@ class ServiceLevelsSpec(_Spec):
     preempt_borrowed: bool = False
     order: Literal["across_queues", "within_queue"] = "across_queues"
     spare_longer_waiting: bool = False
+    preempt_nominal_from_level: int | None = Field(None, ge=1)
 
 
 class SchedulingSpec(_Spec):

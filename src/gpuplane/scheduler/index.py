@@ -180,6 +180,8 @@ class PolicyIndex:
         self.level_preemption = levels is not None and levels.preempt_within_queue
         self.level_preemption_of_borrowed = levels is not None and levels.preempt_borrowed
         self.spare_longer_waiting = levels is not None and levels.spare_longer_waiting
+        self.nominal_level: int | None = None if levels is None else levels.preempt_nominal_from_level
+        """Less-served work may take other queues' runs at this level or above even within their nominal quota."""
         self.levels_across_queues = levels is None or levels.order == "across_queues"
         guard = policy.scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0

@@ -59,6 +59,8 @@ class _Source:
     wait_limit: float | None = None
     """With ``service_levels.spare_longer_waiting``: victims of the preemptor's tier or above must have waited
     no longer than this (the preemptor's own queueing delay); None for reclaim, a right of quota."""
+    within_nominal: bool = False
+    """Victims may be taken although their queue does not borrow (``preempt_nominal_from_level``)."""
 
 
 def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[str, _Source], bool]:
@@ -103,10 +105,19 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     else:
         return sources, False
     cross_limit = None if accept is reclaimable else limit
+    nominal_level = st.index.nominal_level if accept is not reclaimable else None
+
+    def long_run(s: Standing) -> bool:
+        return more_served(s) and s.level >= (nominal_level or 0) and not s.aged
+
     for name in st.index.cohort_members[r.queue.cohort]:
         queue = st.index.queues[name]
-        if name != r.queue.name and st.ledger.borrowing(queue, flavor):
+        if name == r.queue.name:
+            continue
+        if st.ledger.borrowing(queue, flavor):
             sources[name] = _Source(queue, accept, cross_limit)
+        elif nominal_level is not None:
+            sources[name] = _Source(queue, long_run, cross_limit, within_nominal=True)
     return sources, accept is reclaimable
 
 
@@ -181,9 +192,15 @@ _VICTIM_COST_S = 900.0
 """What stopping a victim costs beyond its lost work, in seconds per GPU (restart, requeue)."""
 
 
-def _may_take(st: CycleState, r: Resolved, e: RunEntry) -> bool:
-    """A cross-queue victim is taken only while its queue still borrows the flavor."""
-    return e.queue is r.queue or (e.queue is not None and st.ledger.borrowing(e.queue, e.flavor))
+def _may_take(st: CycleState, r: Resolved, e: RunEntry, sources: dict[str, _Source]) -> bool:
+    """A cross-queue victim is taken only while its queue still borrows the flavor, or, with
+    ``preempt_nominal_from_level``, when it is a long run that less-served work may take within nominal."""
+    if e.queue is r.queue or e.queue is None:
+        return e.queue is r.queue
+    if st.ledger.borrowing(e.queue, e.flavor):
+        return True
+    source = sources.get(e.queue.name)
+    return source is not None and source.within_nominal and st.victims.level(e) >= (st.index.nominal_level or 0)
 
 
 def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
@@ -217,7 +234,7 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
         if r.gpus_per_pod > 1:
             candidates = _cheapest_nodes_first(st, r, option, list(candidates))
         for e in candidates:
-            if not _may_take(st, r, e):
+            if not _may_take(st, r, e, sources):
                 continue
             st.release(e)
             removed.append(e)
