@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplane.model.gpu import MILLI_PER_GPU, MigGeometry, parse_mig_profile
+from gpuplane.model.load import LoadSignals
 from gpuplane.model.workload import TopologyMode, WorkloadClass
 from gpuplane.policy.schema import (
     GpuModelSpec,
@@ -127,16 +128,22 @@ class PolicyIndex:
         )
         self.level_preemption = levels is not None and levels.preempt_within_queue
         self.level_preemption_of_borrowed = levels is not None and levels.preempt_borrowed
+        self.spare_longer_waiting = levels is not None and levels.spare_longer_waiting
+        self.nominal_level: int | None = None if levels is None else levels.preempt_nominal_from_level
+        """Less-served work may take other queues' runs at this level or above even within their nominal quota."""
         self.levels_across_queues = levels is None or levels.order == "across_queues"
 
     def _read_starvation_guard(self, scheduling: SchedulingSpec) -> None:
         """The starvation guard: after how long pending work is promoted, and what the promotion allows."""
         guard = scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
+        """The starvation guard in seconds when it is fixed; with a load factor, its ceiling."""
+        self.guard_load_factor = scheduling.starvation_guard_load_factor
+        self.guarded = guard is not None or self.guard_load_factor is not None
         protects = scheduling.starvation_guard_protects_runs
         self.protect_promoted = protects is not False
         self.protect_promoted_within_nominal = protects == "within_nominal"
-        self.promoted_preempt_borrowed = guard is not None and scheduling.starvation_guard_preempts_borrowed
+        self.promoted_preempt_borrowed = self.guarded and scheduling.starvation_guard_preempts_borrowed
 
     def _read_preemption_rules(self, rules: PreemptionSpec) -> None:
         """How long runs are protected from preemption and from reclaim, and whether nominal work is spared."""
@@ -145,6 +152,16 @@ class PolicyIndex:
         reclaim = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
         self.reclaim_min_runtime_s: float | None = reclaim or None
         """How long a run is spared reclaim (``reclaim_min_runtime_s``, by default ``min_runtime_s``; None: not)."""
+
+    def guard_s(self, load: LoadSignals) -> float | None:
+        """The starvation guard for a cycle: ``starvation_guard_load_factor`` times the mean queueing delay the
+        runtime measured of the pending work (the guard follows the load: long when everyone waits long, short
+        when waits are short), at most ``starvation_guard_hours``; the fixed hours alone without a factor or
+        before anything was measured; None when the policy has no guard."""
+        if self.guard_load_factor is not None and load.pending_wait_s is not None:
+            following = self.guard_load_factor * load.pending_wait_s
+            return following if self.starvation_guard_s is None else min(following, self.starvation_guard_s)
+        return self.starvation_guard_s
 
 
 def _mig_geometry(model: GpuModelSpec) -> MigGeometry | None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from gpuplane.model import DecisionKind, Node, Workload, WorkloadClass
 from gpuplane.model.decision import Decision, ReasonCode
+from gpuplane.model.load import PendingWaitAverage
 from gpuplane.model.outcome import Outcome, RunEnd
 from gpuplane.model.placement import Placement
 from gpuplane.policy import PolicySpec
@@ -150,7 +151,7 @@ class _Rechecks:
         return cls(
             index.level_thresholds_gpu_s,
             tuple(sorted(protections)) if preempts else (),
-            index.starvation_guard_s is not None,
+            index.guarded,
         )
 
 
@@ -208,6 +209,8 @@ class Simulation:
         self._last_cycle = -float("inf")
         self._last_decided: tuple[Decision, ...] = ()
         """The last cycle's decisions, which the node autoscaler plans from."""
+        self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
+        """The pending work's mean queueing delay over time, for a starvation guard that follows the load."""
 
     def _provisioned_source(self) -> Callable[[], Mapping[str, int]]:
         """GPUs paid for per pool: every node of a fixed cluster, the autoscaler's ready and booting nodes."""
@@ -411,7 +414,7 @@ class Simulation:
         if not self.rechecks.starvation_guard:
             return
         try:
-            promote_at = resolve(record.workload, self.index).promote_at
+            promote_at = self.state.promote_at(resolve(record.workload, self.index))
         except InvalidWorkload:
             return
         if promote_at > now:
@@ -483,8 +486,12 @@ class Simulation:
             return
         self._last_cycle = now
         self.meters.cycles += 1
-        result = run_cycle(self.state, now, [r.workload for r in self.jobs.pending.values()])
+        waits = self.pending_waits
+        load = None if waits is None else waits.signals
+        result = run_cycle(self.state, now, [r.workload for r in self.jobs.pending.values()], load)
         self._apply(result, now)
+        if waits is not None:  # what stays pending waits until the next cycle
+            waits.observe(now, (now - r.job.submit_s - r.run_s for r in self.jobs.pending.values()))
         if self.keep_reservations:
             self._remember_reservations(result)
         if self.scaler is not None:
