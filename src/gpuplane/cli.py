@@ -540,26 +540,44 @@ def _version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``gpuplane`` command."""
-    parser = Parser(prog="gpuplane", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"gpuplane {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _add_check(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane check POLICY: validate a policy file."""
     check = sub.add_parser("check", help="validate a policy file (exit 2 when invalid)")
     check.add_argument("policy", help="the policy file (YAML)")
     check.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="check with this change")
     check.set_defaults(func=cmd_check)
+
+
+def _add_schedule(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane schedule: one scheduling cycle on a snapshot file."""
     sched = sub.add_parser("schedule", help="run one scheduling cycle on a snapshot file")
     sched.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
     sched.add_argument("snapshot", help="snapshot file: nodes, running and pending workloads (examples/snapshot.yaml)")
     sched.add_argument("--json", help="write the decisions to this JSON file")
     sched.set_defaults(func=cmd_schedule)
+
+
+def _add_explain(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane explain: why a workload of a snapshot waits, runs or was preempted."""
     why = sub.add_parser("explain", help="why is this workload pending (or admitted, or preempted)?")
     why.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
     why.add_argument("snapshot", help="snapshot file: nodes, running and pending workloads")
     why.add_argument("workload", help="the workload's id in the snapshot")
     why.set_defaults(func=cmd_explain)
+
+
+def _add_simulate(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane simulate: replay a job trace through the policies to compare."""
     sim = sub.add_parser("simulate", help="replay a cluster trace through one or more policies")
+    _add_replay_options(sim)
+    _add_cluster_options(sim)
+    _add_run_options(sim)
+    _add_output_options(sim)
+    sim.set_defaults(func=cmd_simulate)
+
+
+def _add_replay_options(sim: argparse.ArgumentParser) -> None:
+    """What to replay: the policy (with changes), the trace, the policies compared."""
     sim.add_argument("--policy", required=True, help="policy file (pools, teams, quotas, tiers)")
     sim.add_argument(
         "--set",
@@ -577,6 +595,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=("gpuplane",),
         help=f"comma-separated policies: {', '.join(VARIANTS)} (default gpuplane)",
     )
+
+
+def _add_cluster_options(sim: argparse.ArgumentParser) -> None:
+    """How big the simulated cluster is."""
     sim.add_argument(
         "--gpus",
         type=number(1, MAX_COUNT, whole=True),
@@ -586,6 +608,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--load", type=number(0, above=True), help="size the cluster so the trace offers this load (e.g. 0.9)"
     )
     sim.add_argument("--auto-teams", action="store_true", help="one team per trace team, quotas by demand")
+
+
+def _add_run_options(sim: argparse.ArgumentParser) -> None:
+    """How the replay runs: cycles, checkpoints, estimates, how many jobs, seed, processes, node autoscaling."""
     sim.add_argument(
         "--cycle-s", type=number(0, above=True), default=30.0, help="least virtual time between cycles (default 30)"
     )
@@ -619,10 +645,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="provision nodes with the node autoscaler (pools start at min_nodes and grow up to the cluster size)",
     )
+
+
+def _add_output_options(sim: argparse.ArgumentParser) -> None:
+    """Where the figures, the report and the events go."""
     sim.add_argument("--json", help="write every figure to this JSON file")
     sim.add_argument("--html", help="write a report with plots to this HTML file")
     sim.add_argument("--events", help="write the scheduling events of every policy to this file as JSON lines")
-    sim.set_defaults(func=cmd_simulate)
+
+
+def _add_simulate_serving(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane simulate-serving: replay a request trace through replica-scaling policies."""
     serving = sub.add_parser("simulate-serving", help="replay a request trace through replica-scaling policies")
     serving.add_argument("--policy", required=True, help="policy file with the service (services:)")
     serving.add_argument(
@@ -662,6 +695,10 @@ def build_parser() -> argparse.ArgumentParser:
     serving.add_argument("--json", help="write every figure to this JSON file")
     serving.add_argument("--html", help="write a report with plots to this HTML file")
     serving.set_defaults(func=cmd_simulate_serving)
+
+
+def _add_export(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane export: compile the policy to Kubernetes, Volcano or Slurm files."""
     export = sub.add_parser("export", help="compile the policy to another stack")
     export.add_argument(
         "target",
@@ -712,6 +749,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--strict", action="store_true", help="exit 2 when any policy feature is not exactly expressed")
     export.set_defaults(func=cmd_export)
+
+
+def _add_report(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane report costs: the chargeback from a simulation's figures."""
     report = sub.add_parser("report", help="reports from recorded runs")
     reports = report.add_subparsers(dest="report", required=True)
     costs = reports.add_parser("costs", help="chargeback: cost per team and period (CSV, HTML)")
@@ -722,10 +763,31 @@ def build_parser() -> argparse.ArgumentParser:
     costs.add_argument("--html", help="write the chargeback to this HTML file")
     costs.set_defaults(func=cmd_report_costs)
 
+
+def _add_demo(sub: argparse._SubParsersAction[Parser]) -> None:
+    """gpuplane demo: the bundled example platform scheduled and explained."""
     demo = sub.add_parser("demo", help="schedule the bundled example platform and explain its decisions")
     demo.set_defaults(func=cmd_demo)
-    add_events_command(sub)
-    add_live_commands(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``gpuplane`` command, its commands in the order ``--help`` lists them."""
+    parser = Parser(prog="gpuplane", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"gpuplane {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in (
+        _add_check,
+        _add_schedule,
+        _add_explain,
+        _add_simulate,
+        _add_simulate_serving,
+        _add_export,
+        _add_report,
+        _add_demo,
+        add_events_command,
+        add_live_commands,
+    ):
+        add_command(sub)
     return parser
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from plotly.offline import get_plotlyjs
 
 from gpuplane.model import ReasonCode
-from gpuplane.sim.engine import AWAITING_CYCLE
+from gpuplane.sim.jobs import AWAITING_CYCLE
 from gpuplane.sim.plots import MAX_POINTS, thin
 from gpuplane.sim.report import render_html, report_figures
 from gpuplane.sim.runner import Options, compare

@@ -163,6 +163,73 @@ class _Shelf:
         return new_nodes
 
 
+_UNAVAILABLE = "unavailable (interrupted or failing to provision)"
+
+
+@dataclass
+class _PoolPlan:
+    """One pool as a plan sees it: its ready and booting nodes, the capacity it counts on (``shelf``), the
+    nodes it adds per reason (one entry per node, naming the workload it is for) and the work placed on it."""
+
+    spec: PoolSpec
+    ready: list[NodeState]
+    booting: int
+    shelf: _Shelf
+    additions: dict[NodeReasonCode, list[str]] = field(default_factory=dict)
+    placed: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, pool: PoolSpec, nodes: Sequence[NodeState], booting: int) -> _PoolPlan:
+        """The pool before any decision: free GPUs of its ready nodes (whole GPUs), booting nodes empty."""
+        ready = [n for n in nodes if n.pool == pool.name]
+        free = [max(0, math.floor(pool.gpus_per_node - n.allocated_gpus)) for n in ready]
+        return cls(pool, ready, booting, _Shelf(pool, free + [pool.gpus_per_node] * booting))
+
+    @property
+    def nodes(self) -> int:
+        """Ready, booting and ordered nodes."""
+        return len(self.ready) + self.booting + self.shelf.ordered
+
+    def new_nodes_and_waste(self, demand: PendingDemand) -> tuple[int, int] | None:
+        """New nodes ``demand`` would need here and the GPUs they would leave idle (None: past max_nodes)."""
+        room = self.spec.max_nodes - self.nodes
+        full = room <= 0 and max(self.shelf.free, default=0) < demand.gpus_per_pod
+        new_nodes, waste = (1, 0) if full else self.shelf.cost(demand.pods, demand.gpus_per_pod)
+        return None if new_nodes > room else (new_nodes, waste)
+
+    def take(self, demand: PendingDemand, code: NodeReasonCode) -> None:
+        """Place ``demand`` here, ordering nodes under ``code`` when the counted-on capacity is short."""
+        ordered = self.shelf.take(demand.pods, demand.gpus_per_pod)
+        self.placed.add(demand.workload_id)
+        if ordered:
+            self.additions.setdefault(code, []).extend([demand.workload_id] * ordered)
+
+
+@dataclass
+class _Unplaced:
+    """Pending work no pool can take, per the first pool it named, with the reasons of the first such work."""
+
+    workloads: dict[str, list[str]] = field(default_factory=dict)
+    refused: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def add(self, demand: PendingDemand, refused: dict[str, str]) -> None:
+        """``demand`` fits no pool, each for the reason in ``refused``."""
+        first = demand.pools[0] if demand.pools else ""
+        self.workloads.setdefault(first, []).append(demand.workload_id)
+        self.refused.setdefault(first, refused)
+
+    def decisions(self) -> list[NodeDecision]:
+        """One ``no_pool_fits`` decision per first pool."""
+        return [
+            NodeDecision(
+                first,
+                NodeReasonCode.NO_POOL_FITS,
+                details={"workloads": len(workloads), "first": workloads[0], "pools": self.refused[first]},
+            )
+            for first, workloads in self.workloads.items()
+        ]
+
+
 def plan_nodes(
     policy: PolicySpec,
     nodes: Sequence[NodeState],
@@ -172,112 +239,107 @@ def plan_nodes(
     unavailable: frozenset[str] = frozenset(),
 ) -> list[NodeDecision]:
     """The node changes to make now, each with its reason (see the module docstring for the rules)."""
-    pools = {p.name: p for p in policy.pools}
-    ready = {name: [n for n in nodes if n.pool == name] for name in pools}
-    shelves = {
-        name: _Shelf(
-            pool,
-            [max(0, math.floor(pool.gpus_per_node - n.allocated_gpus)) for n in ready[name]]
-            + [pool.gpus_per_node] * booting.get(name, 0),
-        )
-        for name, pool in pools.items()
-    }
-    decisions: list[NodeDecision] = []
-    additions: dict[str, dict[NodeReasonCode, list[str]]] = {name: {} for name in pools}
-    waiting_on: dict[str, set[str]] = {name: set() for name in pools}
-
-    def room(name: str) -> int:
-        pool = pools[name]
-        return pool.max_nodes - len(ready[name]) - booting.get(name, 0) - shelves[name].ordered
-
-    unplaced: dict[str, list[str]] = {}
-    unplaced_why: dict[str, dict[str, str]] = {}
+    plans = {p.name: _PoolPlan.of(p, nodes, booting.get(p.name, 0)) for p in policy.pools}
+    unplaced = _Unplaced()
     for demand in pending:
-        options: list[tuple[int, int, float, int, str]] = []
-        refused: dict[str, str] = {}
-        skipped_spot = False
-        for rank, name in enumerate(demand.pools):
-            pool = pools.get(name)
-            if pool is None:
-                refused[name] = "unknown pool"
-                continue
-            if pool.capacity_type == "spot" and not demand.interruptible:
-                refused[name] = "spot pool, work not interruptible"
-                continue
-            if name in unavailable:
-                refused[name] = "unavailable (interrupted or failing to provision)"
-                skipped_spot = skipped_spot or pool.capacity_type == "spot"
-                continue
-            if demand.gpus_per_pod > pool.gpus_per_node:
-                refused[name] = f"a pod needs {demand.gpus_per_pod} GPUs, nodes have {pool.gpus_per_node}"
-                continue
-            full = room(name) <= 0 and max(shelves[name].free, default=0) < demand.gpus_per_pod
-            new_nodes, waste = (1, 0) if full else shelves[name].cost(demand.pods, demand.gpus_per_pod)
-            if new_nodes > room(name):
-                refused[name] = f"at max_nodes {pool.max_nodes}"
-                continue
-            spot_first = 0 if (demand.interruptible and pool.capacity_type == "spot") else 1
-            price = pool.price_per_node_hour / pool.gpus_per_node
-            options.append((spot_first if new_nodes else -1, waste, price, rank, name))
-        if not options:
-            first = demand.pools[0] if demand.pools else ""
-            unplaced.setdefault(first, []).append(demand.workload_id)
-            unplaced_why.setdefault(first, refused)
+        _scale_up_for(demand, plans, unavailable, unplaced)
+    decisions = unplaced.decisions()
+    for plan in plans.values():
+        decisions += _additions(plan)
+        decisions += _floors(plan)
+        if not plan.placed and not plan.shelf.ordered:
+            decisions += _scale_down(plan.spec, plan.ready, plan.booting, now)
+    return decisions
+
+
+def _scale_up_for(
+    demand: PendingDemand, plans: Mapping[str, _PoolPlan], unavailable: frozenset[str], unplaced: _Unplaced
+) -> None:
+    """Place ``demand`` on the pool it prefers (``_preference``) and order the nodes that takes, or record
+    why no pool can take it."""
+    ranked: list[tuple[int, int, float, int, str]] = []
+    refused: dict[str, str] = {}
+    for rank, name in enumerate(demand.pools):
+        plan = plans.get(name)
+        if plan is None:
+            refused[name] = "unknown pool"
             continue
-        best = min(options)
-        name = best[-1]
-        ordered = shelves[name].take(demand.pods, demand.gpus_per_pod)
-        waiting_on[name].add(demand.workload_id)
-        if ordered:
-            fallback = skipped_spot and pools[name].capacity_type != "spot"
-            code = NodeReasonCode.SPOT_UNAVAILABLE_FALLBACK if fallback else NodeReasonCode.SCALE_UP_FOR_PENDING
-            additions[name].setdefault(code, []).extend([demand.workload_id] * ordered)
-    for first, workloads in unplaced.items():
-        decisions.append(
+        why = _refusal(demand, plan.spec, unavailable)
+        cost = plan.new_nodes_and_waste(demand) if why is None else None
+        if cost is None:
+            refused[name] = why or f"at max_nodes {plan.spec.max_nodes}"
+            continue
+        ranked.append(_preference(demand, plan.spec, *cost, rank))
+    if not ranked:
+        unplaced.add(demand, refused)
+        return
+    chosen = plans[min(ranked)[-1]]
+    skipped_spot = any(plans[name].spec.capacity_type == "spot" for name, why in refused.items() if why == _UNAVAILABLE)
+    fallback = skipped_spot and chosen.spec.capacity_type != "spot"
+    chosen.take(demand, NodeReasonCode.SPOT_UNAVAILABLE_FALLBACK if fallback else NodeReasonCode.SCALE_UP_FOR_PENDING)
+
+
+def _preference(
+    demand: PendingDemand, pool: PoolSpec, new_nodes: int, waste: int, rank: int
+) -> tuple[int, int, float, int, str]:
+    """The sort key of a pool that can take ``demand``, best first: capacity already counted on, then spot for
+    interruptible work, then the least waste, the lowest price per GPU-hour, the workload's order of pools."""
+    spot_first = 0 if (demand.interruptible and pool.capacity_type == "spot") else 1
+    price = pool.price_per_node_hour / pool.gpus_per_node
+    return (spot_first if new_nodes else -1, waste, price, rank, pool.name)
+
+
+def _refusal(demand: PendingDemand, pool: PoolSpec, unavailable: frozenset[str]) -> str | None:
+    """Why ``pool`` cannot take ``demand`` whatever its capacity (None: it can if there is room)."""
+    if pool.capacity_type == "spot" and not demand.interruptible:
+        return "spot pool, work not interruptible"
+    if pool.name in unavailable:
+        return _UNAVAILABLE
+    if demand.gpus_per_pod > pool.gpus_per_node:
+        return f"a pod needs {demand.gpus_per_pod} GPUs, nodes have {pool.gpus_per_node}"
+    return None
+
+
+def _additions(plan: _PoolPlan) -> list[NodeDecision]:
+    """The nodes the plan ordered for pending work, one decision per reason."""
+    return [
+        NodeDecision(
+            plan.spec.name,
+            code,
+            add=len(owners),
+            details={"for": sorted(set(owners)), "waste_rule": "least-waste, price"},
+        )
+        for code, owners in plan.additions.items()
+    ]
+
+
+def _floors(plan: _PoolPlan) -> list[NodeDecision]:
+    """Nodes up to the pool's ``min_nodes``, then up to ``warm_nodes`` empty ones (never past ``max_nodes``)."""
+    pool = plan.spec
+    out: list[NodeDecision] = []
+    total = plan.nodes
+    below_min = max(0, pool.min_nodes - total)
+    if below_min:
+        out.append(
             NodeDecision(
-                first,
-                NodeReasonCode.NO_POOL_FITS,
-                details={"workloads": len(workloads), "first": workloads[0], "pools": unplaced_why[first]},
+                pool.name,
+                NodeReasonCode.BELOW_MIN_NODES,
+                add=below_min,
+                details={"min_nodes": pool.min_nodes, "nodes": total},
             )
         )
-    for name, pool in pools.items():
-        for code, owners in additions[name].items():
-            decisions.append(
-                NodeDecision(
-                    name,
-                    code,
-                    add=len(owners),
-                    details={"for": sorted(set(owners)), "waste_rule": "least-waste, price"},
-                )
+        total = pool.min_nodes
+    empty = sum(1 for n in plan.ready if n.allocated_gpus <= 0) + plan.booting + below_min
+    if pool.warm_nodes and empty < pool.warm_nodes and total < pool.max_nodes:
+        out.append(
+            NodeDecision(
+                pool.name,
+                NodeReasonCode.WARM_POOL,
+                add=min(pool.warm_nodes - empty, pool.max_nodes - total),
+                details={"warm_nodes": pool.warm_nodes, "empty_nodes": empty},
             )
-        minimum_added = 0
-        total = len(ready[name]) + booting.get(name, 0) + shelves[name].ordered
-        if total < pool.min_nodes:
-            decisions.append(
-                NodeDecision(
-                    name,
-                    NodeReasonCode.BELOW_MIN_NODES,
-                    add=pool.min_nodes - total,
-                    details={"min_nodes": pool.min_nodes, "nodes": total},
-                )
-            )
-            minimum_added = pool.min_nodes - total
-            total = pool.min_nodes
-        empty = sum(1 for n in ready[name] if n.allocated_gpus <= 0) + booting.get(name, 0) + minimum_added
-        if pool.warm_nodes and empty < pool.warm_nodes and total < pool.max_nodes:
-            extra = min(pool.warm_nodes - empty, pool.max_nodes - total)
-            decisions.append(
-                NodeDecision(
-                    name,
-                    NodeReasonCode.WARM_POOL,
-                    add=extra,
-                    details={"warm_nodes": pool.warm_nodes, "empty_nodes": empty},
-                )
-            )
-            total += extra
-        if not waiting_on[name] and not shelves[name].ordered:
-            decisions.extend(_scale_down(pool, ready[name], booting.get(name, 0), now))
-    return decisions
+        )
+    return out
 
 
 def _scale_down(pool: PoolSpec, nodes: list[NodeState], booting: int, now: float) -> list[NodeDecision]:

@@ -9,7 +9,16 @@ from typing import Any
 from gpuplane.model.gpu import MILLI_PER_GPU, MigGeometry, parse_mig_profile
 from gpuplane.model.load import LoadSignals
 from gpuplane.model.workload import TopologyMode, WorkloadClass
-from gpuplane.policy.schema import PolicySpec, PoolSpec
+from gpuplane.policy.schema import (
+    GpuModelSpec,
+    PolicySpec,
+    PoolSpec,
+    PreemptionSpec,
+    QuotaSpec,
+    SchedulingSpec,
+    ServiceLevelsSpec,
+    TeamSpec,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,82 +107,22 @@ class PolicyIndex:
     def __init__(self, policy: PolicySpec) -> None:
         self.policy = policy
         models = {m.name: m for m in policy.gpu_models}
-        self.pools: dict[str, PoolInfo] = {}
-        for pool in policy.pools:
-            model = models[pool.gpu_model]
-            geometry = None
-            if model.mig is not None:
-                geometry = MigGeometry(
-                    compute_slices=model.mig.compute_slices,
-                    memory_slices=model.mig.memory_slices,
-                    profiles={
-                        name: parse_mig_profile(
-                            name, model.memory_gib, model.mig.compute_slices, model.mig.memory_slices
-                        )
-                        for name in model.mig.profiles
-                    },
-                )
-            self.pools[pool.name] = PoolInfo(
-                name=pool.name,
-                flavor=pool.flavor_name,
-                gpus_per_node=pool.gpus_per_node,
-                capacity_type=pool.capacity_type,
-                labels=dict(pool.labels),
-                hard_taints=tuple((t.key, t.value, t.effect) for t in pool.taints if t.effect != "PreferNoSchedule"),
-                classes=frozenset(pool.workload_classes),
-                mig_profiles=frozenset(pool.mig_profiles),
-                mig=geometry,
-                spec=pool,
-                sharing=pool.gpu_sharing,
-            )
+        self.pools: dict[str, PoolInfo] = {p.name: _pool_info(p, models[p.gpu_model]) for p in policy.pools}
         self.tiers = {
             t.name: TierInfo(t.name, t.value, t.preemptible, frozenset(t.may_preempt)) for t in policy.priorities
         }
-        self.classes: dict[WorkloadClass, ClassInfo] = {}
-        for klass in WorkloadClass:
-            spec = policy.workload_classes.get(klass.value)
-            self.classes[klass] = ClassInfo(
-                name=klass.value,
-                tier=self.tiers.get(spec.default_priority or policy.default_priority),
-                default_duration_s=spec.default_duration_s,
-                preemptible=spec.preemptible,
-                gang=spec.gang,
-                allow_spot=spec.allow_spot,
-                topology=TopologyMode(spec.topology),
-            )
-        self.queues: dict[str, QueueInfo] = {}
-        for team in policy.teams:
-            quotas = {}
-            for flavor, q in team.quotas.items():
-                borrow = None if q.borrowing_limit is None else q.borrowing_limit * MILLI_PER_GPU
-                if team.cohort is None:
-                    borrow = 0
-                lend = q.nominal if q.lending_limit is None else q.lending_limit
-                if team.cohort is None:
-                    lend = 0
-                quotas[flavor] = FlavorQuota(q.nominal * MILLI_PER_GPU, borrow, lend * MILLI_PER_GPU)
-            self.queues[team.name] = QueueInfo(
-                name=team.name,
-                cohort=team.cohort,
-                weight=team.weight,
-                pools=tuple(team.pools),
-                quotas=quotas,
-                max_running_jobs=team.max_running_jobs,
-                max_gpus_milli=None if team.max_gpus is None else team.max_gpus * MILLI_PER_GPU,
-                allow_nonpreemptible_borrowing=team.allow_nonpreemptible_borrowing,
-            )
-        self.cohort_members: dict[str, tuple[str, ...]] = {}
-        for team in policy.teams:
-            if team.cohort is not None:
-                self.cohort_members[team.cohort] = (*self.cohort_members.get(team.cohort, ()), team.name)
-        self.cohort_lendable: dict[tuple[str, str], int] = {}
-        for cohort, members in self.cohort_members.items():
-            for member in members:
-                for flavor, quota in self.queues[member].quotas.items():
-                    key = (cohort, flavor)
-                    self.cohort_lendable[key] = self.cohort_lendable.get(key, 0) + quota.lend_limit
+        self.classes: dict[WorkloadClass, ClassInfo] = {k: _class_info(k, policy, self.tiers) for k in WorkloadClass}
+        self.queues: dict[str, QueueInfo] = {team.name: _queue_info(team) for team in policy.teams}
+        self.cohort_members = _cohort_members(policy.teams)
+        self.cohort_lendable = _cohort_lendable(self.cohort_members, self.queues)
         self.flavors = sorted({p.flavor for p in self.pools.values()})
-        levels = policy.scheduling.service_levels
+        self._read_service_levels(policy.scheduling.service_levels)
+        self._read_starvation_guard(policy.scheduling)
+        self._read_preemption_rules(policy.scheduling.preemption)
+        self.profile_cache: dict[tuple[object, ...], Any] = {}
+
+    def _read_service_levels(self, levels: ServiceLevelsSpec | None) -> None:
+        """Attained-service levels: thresholds in GPU-seconds, and whether higher levels may be preempted."""
         self.level_thresholds_gpu_s: tuple[float, ...] = (
             tuple(h * 3600.0 for h in levels.thresholds_gpu_hours) if levels is not None else ()
         )
@@ -183,22 +132,26 @@ class PolicyIndex:
         self.nominal_level: int | None = None if levels is None else levels.preempt_nominal_from_level
         """Less-served work may take other queues' runs at this level or above even within their nominal quota."""
         self.levels_across_queues = levels is None or levels.order == "across_queues"
-        guard = policy.scheduling.starvation_guard_hours
+
+    def _read_starvation_guard(self, scheduling: SchedulingSpec) -> None:
+        """The starvation guard: after how long pending work is promoted, and what the promotion allows."""
+        guard = scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
         """The starvation guard in seconds when it is fixed; with a load factor, its ceiling."""
-        self.guard_load_factor = policy.scheduling.starvation_guard_load_factor
+        self.guard_load_factor = scheduling.starvation_guard_load_factor
         self.guarded = guard is not None or self.guard_load_factor is not None
-        protects = policy.scheduling.starvation_guard_protects_runs
+        protects = scheduling.starvation_guard_protects_runs
         self.protect_promoted = protects is not False
         self.protect_promoted_within_nominal = protects == "within_nominal"
-        self.promoted_preempt_borrowed = self.guarded and policy.scheduling.starvation_guard_preempts_borrowed
-        rules = policy.scheduling.preemption
+        self.promoted_preempt_borrowed = self.guarded and scheduling.starvation_guard_preempts_borrowed
+
+    def _read_preemption_rules(self, rules: PreemptionSpec) -> None:
+        """How long runs are protected from preemption and from reclaim, and whether nominal work is spared."""
         self.spare_nominal_core = rules.spare_oldest_within_nominal
         self.min_runtime_s = rules.min_runtime_s
         reclaim = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
         self.reclaim_min_runtime_s: float | None = reclaim or None
         """How long a run is spared reclaim (``reclaim_min_runtime_s``, by default ``min_runtime_s``; None: not)."""
-        self.profile_cache: dict[tuple[object, ...], Any] = {}
 
     def guard_s(self, load: LoadSignals) -> float | None:
         """The starvation guard for a cycle: ``starvation_guard_load_factor`` times the mean queueing delay the
@@ -209,3 +162,94 @@ class PolicyIndex:
             following = self.guard_load_factor * load.pending_wait_s
             return following if self.starvation_guard_s is None else min(following, self.starvation_guard_s)
         return self.starvation_guard_s
+
+
+def _mig_geometry(model: GpuModelSpec) -> MigGeometry | None:
+    """How the GPU model partitions into MIG slices (None: it does not)."""
+    if model.mig is None:
+        return None
+    mig = model.mig
+    return MigGeometry(
+        compute_slices=mig.compute_slices,
+        memory_slices=mig.memory_slices,
+        profiles={
+            name: parse_mig_profile(name, model.memory_gib, mig.compute_slices, mig.memory_slices)
+            for name in mig.profiles
+        },
+    )
+
+
+def _pool_info(pool: PoolSpec, model: GpuModelSpec) -> PoolInfo:
+    """A pool as the scheduler needs it; soft taints (``PreferNoSchedule``) never keep work off it."""
+    return PoolInfo(
+        name=pool.name,
+        flavor=pool.flavor_name,
+        gpus_per_node=pool.gpus_per_node,
+        capacity_type=pool.capacity_type,
+        labels=dict(pool.labels),
+        hard_taints=tuple((t.key, t.value, t.effect) for t in pool.taints if t.effect != "PreferNoSchedule"),
+        classes=frozenset(pool.workload_classes),
+        mig_profiles=frozenset(pool.mig_profiles),
+        mig=_mig_geometry(model),
+        spec=pool,
+        sharing=pool.gpu_sharing,
+    )
+
+
+def _class_info(klass: WorkloadClass, policy: PolicySpec, tiers: dict[str, TierInfo]) -> ClassInfo:
+    """A workload class's defaults; its tier is the class's ``default_priority``, else the policy's."""
+    spec = policy.workload_classes.get(klass.value)
+    return ClassInfo(
+        name=klass.value,
+        tier=tiers.get(spec.default_priority or policy.default_priority),
+        default_duration_s=spec.default_duration_s,
+        preemptible=spec.preemptible,
+        gang=spec.gang,
+        allow_spot=spec.allow_spot,
+        topology=TopologyMode(spec.topology),
+    )
+
+
+def _flavor_quota(quota: QuotaSpec, in_cohort: bool) -> FlavorQuota:
+    """One flavor's quota in milli-GPUs. Outside a cohort nothing is borrowed or lent; in one, borrowing is
+    unlimited and all of the nominal quota may be lent unless the team's limits say otherwise."""
+    nominal = quota.nominal * MILLI_PER_GPU
+    if not in_cohort:
+        return FlavorQuota(nominal, 0, 0)
+    borrow = None if quota.borrowing_limit is None else quota.borrowing_limit * MILLI_PER_GPU
+    lend = quota.nominal if quota.lending_limit is None else quota.lending_limit
+    return FlavorQuota(nominal, borrow, lend * MILLI_PER_GPU)
+
+
+def _queue_info(team: TeamSpec) -> QueueInfo:
+    """A team's queue: quotas in milli-GPUs per flavor, its cohort, weight and limits."""
+    in_cohort = team.cohort is not None
+    return QueueInfo(
+        name=team.name,
+        cohort=team.cohort,
+        weight=team.weight,
+        pools=tuple(team.pools),
+        quotas={flavor: _flavor_quota(quota, in_cohort) for flavor, quota in team.quotas.items()},
+        max_running_jobs=team.max_running_jobs,
+        max_gpus_milli=None if team.max_gpus is None else team.max_gpus * MILLI_PER_GPU,
+        allow_nonpreemptible_borrowing=team.allow_nonpreemptible_borrowing,
+    )
+
+
+def _cohort_members(teams: list[TeamSpec]) -> dict[str, tuple[str, ...]]:
+    """The teams of each cohort, in the policy's order."""
+    members: dict[str, tuple[str, ...]] = {}
+    for team in teams:
+        if team.cohort is not None:
+            members[team.cohort] = (*members.get(team.cohort, ()), team.name)
+    return members
+
+
+def _cohort_lendable(members: dict[str, tuple[str, ...]], queues: dict[str, QueueInfo]) -> dict[tuple[str, str], int]:
+    """Per (cohort, flavor): the milli-GPUs its members may lend to each other."""
+    lendable: dict[tuple[str, str], int] = {}
+    for cohort, names in members.items():
+        for name in names:
+            for flavor, quota in queues[name].quotas.items():
+                lendable[cohort, flavor] = lendable.get((cohort, flavor), 0) + quota.lend_limit
+    return lendable

@@ -23,7 +23,7 @@ from gpuplane.policy import PolicySpec
 from gpuplane.sim.trace import TraceJob
 
 if TYPE_CHECKING:
-    from gpuplane.sim.engine import JobRecord
+    from gpuplane.sim.jobs import JobRecord
 
 EventSink = Callable[[SchedulingEvent], None]
 OUTCOME_UNKNOWN = "outcome_unknown"

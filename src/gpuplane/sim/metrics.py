@@ -21,7 +21,8 @@ import numpy as np
 
 from gpuplane.accounting import Usage
 from gpuplane.sim.accounts import SimAccounts
-from gpuplane.sim.engine import JobRecord, SimResult
+from gpuplane.sim.engine import SimResult
+from gpuplane.sim.jobs import JobRecord
 
 
 def _stats(values: list[float]) -> dict[str, float]:

@@ -49,6 +49,9 @@ class NodeScaler:
         self.nodes_added = 0
         self.nodes_removed = 0
         self.consolidated = 0
+        self.moved_jobs = 0
+        self.moved_lost_gpu_s = 0.0
+        """Runs the runtime stopped on consolidated nodes, and the GPU-seconds of work they lost."""
         self.applied: list[tuple[NodeDecision, int, tuple[str, ...]]] = []
         """The last tick's decisions with the nodes each ordered and released (for the event stream)."""
         kept: dict[str, int] = {}
@@ -189,6 +192,22 @@ class NodeScaler:
         self.spare[self.pool_of[name]].append(name)
         self.nodes_removed += 1
         return stopped
+
+    def moved(self, lost_gpu_s: float) -> None:
+        """The runtime stopped a run of a consolidated node, losing ``lost_gpu_s`` GPU-seconds of its work."""
+        self.moved_jobs += 1
+        self.moved_lost_gpu_s += lost_gpu_s
+
+    def figures(self) -> dict[str, object]:
+        """Nodes added, removed and consolidated, the work consolidation moved, decisions per reason code."""
+        return {
+            "nodes_added": self.nodes_added,
+            "nodes_removed": self.nodes_removed,
+            "nodes_consolidated": self.consolidated,
+            "jobs_moved_by_consolidation": self.moved_jobs,
+            "gpu_hours_lost_to_consolidation": self.moved_lost_gpu_s / 3600,
+            "decisions": dict(sorted(self.decisions.items())),
+        }
 
     def booted(self, name: str) -> None:
         """A node finished booting: it serves from now on."""

@@ -13,22 +13,57 @@ decision code and differs only in what the policy says.
   levels, skip-ahead (greedy) placement.
 - ``sjf``: shortest job first by the true GPU time (an oracle no real scheduler has), preemptive: a
   job in a shorter class preempts longer ones. A reference for how far knowing durations could go.
+
+Each is registered under its ``VariantName`` (``RECIPES``); the command line's names are the names' values.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 
 from gpuplane.policy import PolicySpec, parse_policy
+from gpuplane.sim.setup import SetupError
+from gpuplane.sim.trace import TraceJob
 
 LAS_THRESHOLDS_GPU_HOURS = (1.0, 10.0, 100.0)
 SJF_TIERS = 16
 ALL_QUEUE = "all"
+
+
+class VariantName(StrEnum):
+    """The policies a simulation compares."""
+
+    GPUPLANE = "gpuplane"
+    FIFO = "fifo"
+    FIFO_QUOTA = "fifo-quota"
+    PRIORITY = "priority"
+    TIRESIAS = "tiresias"
+    SJF = "sjf"
+
+
+VARIANTS = tuple(name.value for name in VariantName)
+
+
+class UnknownVariant(SetupError):
+    """A policy name with no recipe."""
+
+
+def variant_name(name: str) -> VariantName:
+    """The typed name of ``name``; ``UnknownVariant`` names the closest known one and lists them all."""
+    try:
+        return VariantName(name)
+    except ValueError:
+        close = difflib.get_close_matches(name.lower(), VARIANTS, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise UnknownVariant(f"unknown policy '{name}': {hint}known: {', '.join(VARIANTS)}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +74,17 @@ class JobView:
     duration_s: float
     gpus: float
 
+    @classmethod
+    def of(cls, job: TraceJob) -> JobView:
+        """The view of a trace job."""
+        return cls(job.priority, job.duration_s, job.gpus)
+
 
 @dataclass(frozen=True, slots=True)
 class Variant:
     """A policy to simulate: the policy file it amounts to, and how jobs map to queues and tiers."""
 
-    name: str
+    name: VariantName
     policy: PolicySpec
     single_queue: bool
     tier_of: Callable[[JobView], str | None]
@@ -54,7 +94,13 @@ class Variant:
         return ALL_QUEUE if self.single_queue else team
 
 
-def _rebuild(doc: dict[str, Any], name: str) -> PolicySpec:
+def _document(base: PolicySpec) -> dict[str, Any]:
+    """The policy as the document a variant rewrites."""
+    return base.model_dump(mode="json", exclude_none=True)
+
+
+def _rebuild(doc: dict[str, Any], name: VariantName) -> PolicySpec:
+    """The rewritten document as a policy; its errors name the field (in the ``<name variant>`` policy)."""
     return parse_policy(yaml.safe_dump(doc, sort_keys=False), f"<{name} variant>")
 
 
@@ -121,38 +167,71 @@ def _one_tier(job: JobView) -> str | None:
     return None
 
 
-def make_variant(name: str, base: PolicySpec) -> Variant:
-    """The variant ``name`` of ``base``; ValueError lists the known names."""
-    doc = base.model_dump(mode="json", exclude_none=True)
-    if name == "gpuplane":
-        return Variant(name, base, single_queue=False, tier_of=_own_tier)
-    if name == "fifo":
-        _single_queue(doc)
-        _tiers(doc, [{"name": "fifo", "value": 0}])
-        _scheduling(doc, fair=False, backfill="strict", preempt=False)
-        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_one_tier)
-    if name == "fifo-quota":
-        _tiers(doc, [{"name": "fifo", "value": 0}])
-        _scheduling(doc, fair=False, backfill="strict", preempt=False)
-        for team in doc["teams"]:
-            team["allow_nonpreemptible_borrowing"] = True
-        return Variant(name, _rebuild(doc, name), single_queue=False, tier_of=_one_tier)
-    if name == "priority":
-        _single_queue(doc)
-        _scheduling(doc, fair=False, backfill="strict", preempt=True)
-        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_own_tier)
-    if name == "tiresias":
-        _single_queue(doc)
-        _tiers(doc, [{"name": "las", "value": 0}])
-        _preemptible_classes(doc)
-        _scheduling(doc, fair=False, backfill="greedy", preempt=True)
-        doc["scheduling"]["service_levels"] = {"thresholds_gpu_hours": list(LAS_THRESHOLDS_GPU_HOURS)}
-        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=_one_tier)
-    if name == "sjf":
-        _single_queue(doc)
-        _preemptive_ladder(doc, "sjf", SJF_TIERS)
-        return Variant(name, _rebuild(doc, name), single_queue=True, tier_of=sjf_tier)
-    raise ValueError(f"unknown policy '{name}'; known: {', '.join(VARIANTS)}")
+def _gpuplane(base: PolicySpec) -> Variant:
+    """The policy file as written; every job in its team's queue at its own tier."""
+    return Variant(VariantName.GPUPLANE, base, single_queue=False, tier_of=_own_tier)
 
 
-VARIANTS = ("gpuplane", "fifo", "fifo-quota", "priority", "tiresias", "sjf")
+def _fifo(base: PolicySpec) -> Variant:
+    """One queue over the whole cluster, one tier, strict order, no preemption."""
+    doc = _document(base)
+    _single_queue(doc)
+    _tiers(doc, [{"name": "fifo", "value": 0}])
+    _scheduling(doc, fair=False, backfill="strict", preempt=False)
+    return Variant(VariantName.FIFO, _rebuild(doc, VariantName.FIFO), single_queue=True, tier_of=_one_tier)
+
+
+def _fifo_quota(base: PolicySpec) -> Variant:
+    """The teams' queues and quotas, one tier, strict order, no preemption (borrowing allowed to all work)."""
+    doc = _document(base)
+    _tiers(doc, [{"name": "fifo", "value": 0}])
+    _scheduling(doc, fair=False, backfill="strict", preempt=False)
+    for team in doc["teams"]:
+        team["allow_nonpreemptible_borrowing"] = True
+    policy = _rebuild(doc, VariantName.FIFO_QUOTA)
+    return Variant(VariantName.FIFO_QUOTA, policy, single_queue=False, tier_of=_one_tier)
+
+
+def _priority(base: PolicySpec) -> Variant:
+    """One queue, the policy's tiers with their preemption rules, strict order within a tier."""
+    doc = _document(base)
+    _single_queue(doc)
+    _scheduling(doc, fair=False, backfill="strict", preempt=True)
+    return Variant(VariantName.PRIORITY, _rebuild(doc, VariantName.PRIORITY), single_queue=True, tier_of=_own_tier)
+
+
+def _tiresias(base: PolicySpec) -> Variant:
+    """One queue, attained-service levels (``LAS_THRESHOLDS_GPU_HOURS``) preempting higher levels, greedy."""
+    doc = _document(base)
+    _single_queue(doc)
+    _tiers(doc, [{"name": "las", "value": 0}])
+    _preemptible_classes(doc)
+    _scheduling(doc, fair=False, backfill="greedy", preempt=True)
+    doc["scheduling"]["service_levels"] = {"thresholds_gpu_hours": list(LAS_THRESHOLDS_GPU_HOURS)}
+    return Variant(VariantName.TIRESIAS, _rebuild(doc, VariantName.TIRESIAS), single_queue=True, tier_of=_one_tier)
+
+
+def _sjf(base: PolicySpec) -> Variant:
+    """One queue, a preemptive ladder of ``SJF_TIERS`` tiers by the jobs' true GPU time."""
+    doc = _document(base)
+    _single_queue(doc)
+    _preemptive_ladder(doc, "sjf", SJF_TIERS)
+    return Variant(VariantName.SJF, _rebuild(doc, VariantName.SJF), single_queue=True, tier_of=sjf_tier)
+
+
+RECIPES: Mapping[VariantName, Callable[[PolicySpec], Variant]] = MappingProxyType(
+    {
+        VariantName.GPUPLANE: _gpuplane,
+        VariantName.FIFO: _fifo,
+        VariantName.FIFO_QUOTA: _fifo_quota,
+        VariantName.PRIORITY: _priority,
+        VariantName.TIRESIAS: _tiresias,
+        VariantName.SJF: _sjf,
+    }
+)
+"""How each variant is made from the user's policy."""
+
+
+def make_variant(name: VariantName | str, base: PolicySpec) -> Variant:
+    """The variant ``name`` of ``base`` (a ``VariantName``, or its value as the command line gives it)."""
+    return RECIPES[variant_name(name)](base)
