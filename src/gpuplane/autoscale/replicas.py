@@ -43,6 +43,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuplane.autoscale.capacity import replicas_for_slo
+from gpuplane.autoscale.fallback import GpuSplit, split_for_gpus
 from gpuplane.autoscale.forecast_error import ForecastError
 from gpuplane.autoscale.service_time import ServiceEstimate, ServiceTime
 from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec, ScalingRulesSpec, ServiceSpec
@@ -70,6 +71,8 @@ class ReplicaReasonCode(StrEnum):
     WAKE_FROM_ZERO = "wake_from_zero"
     NO_CHANGE = "no_change"
     SLO_UNATTAINABLE = "slo_unattainable"
+    FALLBACK = "fallback_for_gpu_shortage"
+    GPUS_SHORT = "gpus_short"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,14 @@ class ServiceSignals:
     """Mean GPU utilization of the ready replicas, 0-1."""
     gpu_memory_used: float | None = None
     """Mean fraction of GPU memory in use on the ready replicas, 0-1."""
+    gpus_free: int | None = None
+    """GPUs the service could still be given now (free in its pools, within its quota); None: not short."""
+    fallback_ready: int = 0
+    """Replicas of the service's fallback variant serving."""
+    fallback_starting: int = 0
+    """Replicas of the fallback variant still loading."""
+    fallback_share: float | None = None
+    """One fallback replica's capacity as a share of one of the service's own (measured by the runtime)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +124,8 @@ class ReplicaDecision:
     current: int
     code: ReplicaReasonCode
     details: dict[str, Any] = field(default_factory=dict)
+    fallback: int = 0
+    """Replicas of the fallback variant to run (``autoscale.fallback``): non-zero only when GPUs run short."""
 
     @property
     def delta(self) -> int:
@@ -258,7 +271,31 @@ class ReplicaAutoscaler:
             }
             if code in (ReplicaReasonCode.WITHIN_TOLERANCE, ReplicaReasonCode.NO_CHANGE):
                 code = ReplicaReasonCode.SLO_UNATTAINABLE
-        return self._record(now, current, bounded, code, details)
+        split = self._gpu_split(bounded, signals)
+        if split is None:
+            return self._record(now, current, bounded, code, details)
+        if split.short > 0:
+            details["gpu_shortage"] = {**split.details, "fallback": split.fallback}
+            bounded = split.primary
+            code = ReplicaReasonCode.FALLBACK if split.fallback else ReplicaReasonCode.GPUS_SHORT
+        return self._record(now, current, bounded, code, details, split.fallback)
+
+    def _gpu_split(self, desired: int, signals: ServiceSignals) -> GpuSplit | None:
+        """The own and fallback replicas the free GPUs allow (``autoscale.fallback``); None when the runtime
+        reports no GPU limit."""
+        if signals.gpus_free is None:
+            return None
+        fallback = self.service.fallback
+        return split_for_gpus(
+            desired,
+            signals.ready,
+            signals.ready + signals.starting,
+            self.service.gpus_per_replica,
+            signals.gpus_free,
+            fallback.gpus_per_replica if fallback is not None else None,
+            signals.fallback_ready + signals.fallback_starting,
+            signals.fallback_share or 0.0,
+        )
 
     def _remember(self, signals: ServiceSignals) -> None:
         self._samples.append(signals)
@@ -456,8 +493,14 @@ class ReplicaAutoscaler:
         return target
 
     def _record(
-        self, now: float, current: int, desired: int, code: ReplicaReasonCode, details: dict[str, Any]
+        self,
+        now: float,
+        current: int,
+        desired: int,
+        code: ReplicaReasonCode,
+        details: dict[str, Any],
+        fallback: int = 0,
     ) -> ReplicaDecision:
         if desired != current:
             self._events.append((now, desired - current, desired))
-        return ReplicaDecision(desired, current, code, details)
+        return ReplicaDecision(desired, current, code, details, fallback)
