@@ -5,10 +5,13 @@ GPUs per replica, marked lower quality). The replica autoscaler decides how many
 in the service's own replicas; ``split_for_gpus`` then keeps that count when the GPUs allow it, and
 otherwise orders what the free GPUs allow and serves the rest of the load with fallback replicas:
 
-1. own replicas grow only into free GPUs (``gpus_free``: what the service could still be given now);
-2. the shortfall, in own replicas, becomes ``ceil(short / share)`` fallback replicas, ``share`` being one
-   fallback replica's capacity as a share of an own replica's (the runtime measures it), within the GPUs
-   left after the own replicas (the fallback's own GPUs counted as available to it);
+1. own replicas grow only into free GPUs (``gpus_free``: what the service could still be given now), and
+   running ones are never stopped to make room;
+2. when the free GPUs cannot hold the own replicas the load needs, the GPUs it may use (free ones plus
+   those its fallback replicas hold) are split between own and fallback replicas: the most own replicas
+   with which the fallback still covers the rest, ``share`` being one fallback replica's capacity as a
+   share of an own replica's (the runtime measures it); when no split covers it, the split that serves
+   the most load (a quantized model often serves more per GPU), more own replicas on a tie;
 3. fallback replicas already running are kept while the own replicas they stand in for are still loading
    (never more than that), so a fallback is not dropped a model load before its replacement serves;
 4. no shortfall and nothing loading: no fallback replica.
@@ -44,16 +47,41 @@ def split_for_gpus(
 ) -> GpuSplit:
     """Split ``desired`` own replicas into what the GPUs allow and the fallback replicas for the rest
     (module docstring); ``fallback_gpus`` None: the service has no fallback (the shortfall stays)."""
-    affordable = primary_held + max(0, gpus_free) // gpus_per_replica
-    primary = min(desired, affordable)
-    short = desired - primary
+    free = max(0, gpus_free)
+    affordable = primary_held + free // gpus_per_replica
     details: dict[str, float | int] = {"desired": desired, "affordable": affordable, "gpus_free": gpus_free}
     if fallback_gpus is None or share <= 0:
-        return GpuSplit(primary, 0, short, details)
-    budget = max(0, gpus_free) - max(0, primary - primary_held) * gpus_per_replica + fallback_held * fallback_gpus
-    needed = math.ceil(short / share) if short > 0 else 0
-    loading = max(0, primary - primary_ready)
-    keep = min(fallback_held, math.ceil(min(loading, desired - primary_ready) / share)) if loading else 0
-    fallback = min(max(needed, keep), budget // fallback_gpus)
-    details.update({"fallback_share": share, "fallback_budget_gpus": budget, "fallback_needed": needed})
-    return GpuSplit(primary, fallback, short, details)
+        primary = min(desired, affordable)
+        return GpuSplit(primary, 0, desired - primary, details)
+    budget = free + fallback_held * fallback_gpus
+    keep = 0
+    if desired <= affordable:
+        primary, fallback = desired, 0
+    else:
+        primary, fallback = _best_split(
+            desired, primary_held, affordable, gpus_per_replica, fallback_gpus, budget, share
+        )
+    loading = max(0, min(primary, desired) - primary_ready)
+    if loading:
+        keep = min(fallback_held, math.ceil(loading / share))
+    spare = (budget - (primary - primary_held) * gpus_per_replica) // fallback_gpus
+    fallback = min(max(fallback, keep), spare)
+    details.update({"fallback_share": share, "gpus_for_the_service": budget + primary_held * gpus_per_replica})
+    return GpuSplit(primary, fallback, desired - primary, details)
+
+
+def _best_split(
+    desired: int, held: int, affordable: int, gpus: int, fallback_gpus: int, budget: int, share: float
+) -> tuple[int, int]:
+    """(own, fallback) replicas within ``budget`` GPUs beyond the ``held`` own ones (module docstring, 2)."""
+    best: tuple[float, int, int] | None = None
+    for primary in range(min(desired, affordable), held - 1, -1):
+        room = (budget - (primary - held) * gpus) // fallback_gpus
+        needed = math.ceil((desired - primary) / share)
+        if room >= needed:
+            return primary, needed
+        served = primary + room * share
+        if best is None or served > best[0]:
+            best = (served, primary, room)
+    assert best is not None
+    return best[1], best[2]
