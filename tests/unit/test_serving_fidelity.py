@@ -93,6 +93,13 @@ def _through_the_simulator(arrival: np.ndarray, slot: np.ndarray) -> tuple[np.nd
     return router.ttft, [by_index[str(i)] for i in range(arrival.size)]
 
 
+def test_the_simulator_reads_the_request_rate_over_the_live_gateways_window():
+    from gpuplane.live.services import WINDOW_S
+    from gpuplane.sim.serving_runs import RATE_WINDOW_S
+
+    assert RATE_WINDOW_S == WINDOW_S
+
+
 def test_the_simulators_router_matches_the_live_gateway_on_the_same_trace():
     arrival, slot = _trace()
     live_latency, live_replica = asyncio.run(_through_the_gateway(arrival, slot))

@@ -27,6 +27,9 @@ from gpuplane.sim.serving_router import Router, RouterFleet
 
 PRIMARY = 0
 FALLBACK = 1
+RATE_WINDOW_S = 10
+"""The request rate is read over the last metrics interval or this many seconds, whichever is longer: the
+live gateway counts arrivals over a sliding 10 s window (``live.services.WINDOW_S``)."""
 
 
 @dataclass
@@ -317,6 +320,8 @@ def simulate_autoscaled(
         measured = engine.interval(start, end)
         span = end - start
         arrived = sum(arrivals[start:end])
+        window_start = max(0, end - max(span, RATE_WINDOW_S))
+        rate = sum(arrivals[window_start:end]) / (end - window_start)
         mean_s = sum(work[start:end]) / arrived if arrived > 0 else None
         std_s = None
         if mean_s is not None:
@@ -332,7 +337,7 @@ def simulate_autoscaled(
         decision = scaler.decide(
             ServiceSignals(
                 now=float(end),
-                rps=arrived / span,
+                rps=rate,
                 ready=own_ready,
                 starting=own_starting,
                 latency_s=measured.latency_s,
