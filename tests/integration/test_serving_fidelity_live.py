@@ -173,9 +173,7 @@ def test_the_simulator_predicts_the_live_planes_replica_counts_and_attainment(ap
         np.zeros(arrival.size),
         token_source="requests",
     )
-    simulated = compare_serving(
-        policy, "fid", trace, ("gpuplane",), replica_startup_s=startup, replica_model="router"
-    )
+    simulated = compare_serving(policy, "fid", trace, ("gpuplane",), replica_startup_s=startup, replica_model="router")
     run = simulated.runs["gpuplane"]
     sim_met = simulated.figures["gpuplane"]["slo_attainment"]
     seconds = run.ready.size

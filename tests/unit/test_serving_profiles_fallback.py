@@ -58,7 +58,9 @@ def test_a_service_names_a_profile_fields_override_it_and_gpus_follow_tensor_par
 
 
 def test_policy_errors_locate_a_wrong_gpu_count_and_a_fallback_that_saves_no_gpu():
-    with pytest.raises(PolicyError, match=r"services\[0\]\(llm-chat\)\.gpus_per_replica: 2 GPUs.*tensor parallel over 4"):
+    with pytest.raises(
+        PolicyError, match=r"services\[0\]\(llm-chat\)\.gpus_per_replica: 2 GPUs.*tensor parallel over 4"
+    ):
         _policy({"gpus_per_replica": 2, "model": {"profile": "llama-2-70b/a100-80gb-tp4"}})
     with pytest.raises(PolicyError, match=r"services\[0\]\(llm-chat\)\.fallback\.gpus_per_replica:.*not fewer"):
         _policy(

@@ -135,7 +135,7 @@ def test_unknown_service_or_policy_is_a_clear_error(tmp_path):
     with pytest.raises(TraceError, match="'knative' \\(policy\\): no such policy") as bad:
         compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "knative", "hpa@-1"))
     assert "--" not in str(bad.value), "errors name policy fields, not command-line flags"
-    with pytest.raises(TraceError, match="hpa@-1.*autoscaling.target_rps_per_replica"):
+    with pytest.raises(TraceError, match=r"hpa@-1.*autoscaling\.target_rps_per_replica"):
         compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "hpa@-1"))
     with pytest.raises(TraceError, match="target_rps_per_replica"):
         compare_serving(load_policy(SERVING), None, trace, ("hpa@nan%",))

@@ -51,7 +51,7 @@ def wait_decay(replicas: float, slots_per_replica: float, offered: float) -> flo
     slots = replicas * slots_per_replica
     if slots <= offered or replicas <= 0:
         return 0.0
-    return slots_per_replica * (1.0 - (offered / slots) ** replicas)
+    return slots_per_replica * (1.0 - float((offered / slots) ** replicas))
 
 
 def miss_probability(

@@ -45,6 +45,7 @@ from typing import Any
 from gpuplane.autoscale.capacity import replicas_for_slo
 from gpuplane.autoscale.fallback import GpuSplit, split_for_gpus
 from gpuplane.autoscale.forecast_error import ForecastError
+from gpuplane.autoscale.load_swing import LoadSwing
 from gpuplane.autoscale.service_time import ServiceEstimate, ServiceTime
 from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec, ScalingRulesSpec, ServiceSpec
 
@@ -53,6 +54,8 @@ SERVICE_HORIZON_S = 3600.0
 """The furthest back the mean slot time is read (``autoscale.service_time``), however unsure it still is."""
 TREND_Z = 3.0
 """Standard errors a rising trend's slope must clear before it is extended a startup ahead."""
+SWING_CEILING = 2.0
+"""The learned scale-down band (``autoscale.load_swing``) is at most this many times the tolerance."""
 
 
 class ReplicaReasonCode(StrEnum):
@@ -208,6 +211,7 @@ class ReplicaAutoscaler:
         self._panic_until: float | None = None
         self._forecast_error = ForecastError(service.replica_startup_s, self.spec.panic_threshold)
         self._service_time = ServiceTime(max(SERVICE_HORIZON_S, self.spec.stable_window_s))
+        self._swing = LoadSwing(self.spec.swing_horizon_s)
         self._service: ServiceEstimate | None = None
         """This tick's mean slot time (read once per tick in ``_remember``)."""
         self._last_request: float | None = None
@@ -303,6 +307,14 @@ class ReplicaAutoscaler:
         while self._samples and self._samples[0].now <= horizon:
             self._samples.popleft()
         self.pattern.observe(signals.now, signals.rps)
+        precision = self._tolerance(0.5) / 4
+        self._swing.observe_interval(
+            signals.now,
+            signals.rps * self.spec.metrics_interval_s,
+            self.spec.metrics_interval_s,
+            self.spec.stable_window_s,
+            1.0 / (precision * precision) if precision > 0 else 0.0,
+        )
         requests = signals.rps * self.spec.metrics_interval_s
         self._service_time.observe(signals.now, requests, signals.mean_service_s, signals.service_s_std)
         self._service = self._service_time.estimate(signals.now, self.spec.stable_window_s, self._tolerance(0.5) / 4)
@@ -396,16 +408,23 @@ class ReplicaAutoscaler:
         self, current: int, rate: float, signals: ServiceSignals, spread: Sequence[tuple[float, float]]
     ) -> int | None:
         """The SLO count with a hysteresis band in load, not in replicas: the current count is kept while it
-        serves ``rate`` and is no more than ``rate × (1 + tolerance)`` needs (the scale-down tolerance);
-        outside the band, the count for the band's middle, ``rate × (1 + tolerance / 2)``. A big fleet
-        keeps a band of about the tolerance in replicas; a fleet of three keeps no spare replica the load
-        does not ask for (a band of one whole replica was a third more GPUs there). None without a service
-        time."""
+        serves ``rate`` and is no more than ``rate × (1 + band)`` needs, the band being the scale-down
+        tolerance, widened to how far the load climbs back within ``swing_horizon_s`` at the
+        ``swing_quantile`` of past moments (``autoscale.load_swing``; at most ``SWING_CEILING`` times the
+        tolerance) less the band one replica already is (``1 / current``: a fleet of five holds a 20 %
+        step by its granularity alone, and a wider band would only hold a spare replica); outside the band,
+        the count for ``rate × (1 + tolerance / 2)``. A big fleet keeps a band of about the tolerance in replicas; a
+        fleet of three keeps no spare replica the load does not ask for (a band of one whole replica was a
+        third more GPUs there). None without a service time."""
         wanted = self._slo_count(rate, signals, spread)
         if wanted is None:
             return None
         band = self._tolerance(0.5)
-        if wanted <= current <= (self._slo_count(rate * (1 + band), signals, spread) or wanted):
+        quantile = self.spec.swing_quantile
+        keep = band
+        if quantile is not None and current > 0:
+            keep = max(band, min(SWING_CEILING * band, self._swing.swing(quantile)) - 1.0 / current)
+        if wanted <= current <= (self._slo_count(rate * (1 + keep), signals, spread) or wanted):
             return current
         return max(wanted, self._slo_count(rate * (1 + band / 2), signals, spread) or wanted)
 

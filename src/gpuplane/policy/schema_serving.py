@@ -55,6 +55,8 @@ class ReplicaAutoscalingSpec(_Spec):
     trend_lookahead: bool = True
     trend_window_s: float = Field(300.0, gt=0)
     capacity_from_slo: bool = False
+    swing_quantile: float | None = Field(0.9, gt=0, lt=1)
+    swing_horizon_s: float = Field(1800.0, gt=0, le=86400)
     idle_before_zero_s: float = Field(300.0, gt=0)
     metrics_interval_s: float = Field(15.0, gt=0, le=600)
 

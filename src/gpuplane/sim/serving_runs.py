@@ -141,10 +141,14 @@ class Engine(Protocol):
     """A replica model: serves the requests of an interval on the fleet's replicas and records, per second,
     the own replicas ready and held and the fallback replicas held."""
 
-    fleet: Fleet
     ready: np.ndarray
     held: np.ndarray
     spare: np.ndarray
+
+    @property
+    def fleet(self) -> Fleet:
+        """The run's replicas."""
+        ...
 
     def interval(self, start: int, end: int) -> Measured:
         """Serve seconds ``start``..``end``; what was measured."""
@@ -171,7 +175,7 @@ class AnalyticEngine:
 
     def __init__(self, ctx: RunContext, fleet: CountFleet, records: tuple[np.ndarray, ...]) -> None:
         self.ctx = ctx
-        self.fleet = fleet
+        self._fleet = fleet
         self.ready, self.held, self.spare = records
         self.waits = np.zeros(ctx.counts.size)
         self.slots = np.zeros(ctx.counts.size)
@@ -180,11 +184,16 @@ class AnalyticEngine:
         self._arrivals = ctx.counts.tolist()
         self._share = ctx.fallback_share or 0.0
 
+    @property
+    def fleet(self) -> CountFleet:
+        """The run's replica counts."""
+        return self._fleet
+
     def _slots_at(self, t: int) -> float:
-        own = self.fleet.counts(PRIMARY, float(t))[0] * self.ctx.primary.slots
+        own = float(self.fleet.counts(PRIMARY, float(t))[0] * self.ctx.primary.slots)
         if len(self.ctx.variants) > 1:
             own += self.fleet.counts(FALLBACK, float(t))[0] * self.ctx.primary.slots * self._share
-        return float(own)
+        return own
 
     def interval(self, start: int, end: int) -> Measured:
         """Per second: the backlog's wait, the SLO percentile of time to first token."""
@@ -224,8 +233,13 @@ class RouterEngine:
     def __init__(self, ctx: RunContext, router: Router, records: tuple[np.ndarray, ...], startup: tuple[float, ...]):
         self.ctx = ctx
         self.router = router
-        self.fleet = RouterFleet(router, startup)
+        self._fleet = RouterFleet(router, startup)
         self.ready, self.held, self.spare = records
+
+    @property
+    def fleet(self) -> RouterFleet:
+        """The run's replicas in the router."""
+        return self._fleet
 
     def interval(self, start: int, end: int) -> Measured:
         """The router's events up to ``end``. The latency reported is the SLO percentile of prefill (what
