@@ -158,3 +158,31 @@ def test_the_hpa_sweep_is_read_at_gpuplanes_gpu_hours():
     above = hpa_at_gpu_hours(sweep, 120.0)
     assert above is not None and above.where == "above" and above.between == ("hpa@80%",)
     assert hpa_at_gpu_hours({"gpuplane": sweep["gpuplane"]}, 1.0) is None
+
+
+def test_the_kubernetes_export_adds_a_deployment_for_the_fallback():
+    from gpuplane.export import export_kubernetes
+    from tests.k8s_schemas import validate
+    from tests.unit.export_fixtures import kind_of
+
+    policy = _policy(
+        {
+            "gpus_per_replica": 4,
+            "model": {"profile": "llama-2-70b/a100-80gb-tp4"},
+            "fallback": {"name": "int4", "quality": "lower", "model": {"profile": "llama-2-70b-int4/a100-80gb-tp2"}},
+        }
+    )
+    bundle = export_kubernetes(policy)
+    (own,) = kind_of(bundle, "Deployment", "llm-chat")
+    (spare,) = kind_of(bundle, "Deployment", "llm-chat-int4")
+    (service,) = kind_of(bundle, "Service", "llm-chat")
+    assert spare["spec"]["replicas"] == 0
+    assert spare["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert own["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    labels = spare["spec"]["template"]["metadata"]["labels"]
+    assert labels["gpuplane.io/quality"] == "lower"
+    assert set(service["spec"]["selector"].items()) <= set(labels.items()), "the Service reaches the fallback"
+    assert own["spec"]["selector"]["matchLabels"] != spare["spec"]["selector"]["matchLabels"]
+    for deployment in (own, spare):
+        assert validate(deployment) == []
+    assert any(w.field == "services[llm-chat].fallback" for w in bundle.warnings)
