@@ -4,8 +4,9 @@ One `simulate-serving` comparison (gpuplane, HPA-equivalent sweep, static peak f
 one policy file for all (examples/serving.yaml: no per-trace target), replicas that take 120 s to load the
 model. Targets, per trace: at least 99.9 % of requests within the latency SLO, at most 1.2x the oracle's
 GPU-hours, better SLO attainment than the HPA-equivalent at equal GPU-hours (the HPA sweep read at
-gpuplane's GPU-hours, linearly between the two runs around it: ``sim.serving_targets``), and at most 2x the
-scaling actions a day of the HPA there.
+gpuplane's GPU-hours, linearly between the two runs around it: ``sim.serving_targets``; met also when
+gpuplane is at the best attainment any fleet reaches, 100 % or, counted request by request, the share of
+requests whose own prefill fits in the SLO), and at most 2x the scaling actions a day of the HPA there.
 
 Defaults were chosen on ServeGen m-mid and m-small (``TUNED``); mm-image and deepseek-r1 and the Azure
 traces are held out and reported separately.
@@ -62,6 +63,8 @@ def judge(name: str, data: dict[str, Any]) -> bool:
         (f"GPU-hours <= 1.2x oracle: {g['gpu_hours_vs_oracle']:.3f}x", g["gpu_hours_vs_oracle"] <= 1.2),
     ]
     iso = hpa_at_gpu_hours(policies, g["gpu_hours"])
+    best = data["slo_check"].get("best_attainment_of_requests") or 1.0
+    at_best = g["slo_attainment"] >= best - 1e-12
     if iso is None:
         checks.append(("better SLO than HPA at equal GPU-hours: no HPA run", False))
     else:
@@ -74,8 +77,14 @@ def judge(name: str, data: dict[str, Any]) -> bool:
         checks.append(
             (
                 f"better SLO than HPA at equal GPU-hours: {g['slo_attainment']:.4%} vs {iso.slo_attainment:.4%} "
-                f"at {g['gpu_hours']:,.1f} GPU-h ({place[iso.where]})",
-                g["slo_attainment"] > iso.slo_attainment or g["slo_attainment"] == 1.0,
+                f"at {g['gpu_hours']:,.1f} GPU-h ({place[iso.where]})"
+                + (
+                    f"; gpuplane at the best any fleet reaches ({best:.4%}: the rest have prompts whose prefill alone "
+                    "breaks the SLO)"
+                    if at_best
+                    else ""
+                ),
+                g["slo_attainment"] > iso.slo_attainment or at_best,
             )
         )
         ratio = g["scaling_actions"] / max(iso.scaling_actions, 1)

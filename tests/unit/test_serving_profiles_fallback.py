@@ -30,12 +30,17 @@ def _policy(service_update: dict[str, object]):
 
 def test_profile_figures_follow_from_the_gpu_and_the_model():
     p13 = PROFILES["llama-2-13b/a100-80gb"]
+    assert p13.model.parameters == pytest.approx(13.016e9, rel=1e-3), "Llama 2 13B from its config.json"
+    assert PROFILES["llama-2-7b/a100-80gb"].model.parameters == pytest.approx(6.738e9, rel=1e-3)
     assert p13.kv_bytes_per_token == 819_200, "2 x 40 layers x 40 heads x 128 x 2 bytes (vLLM: ~800 KB)"
-    assert p13.prefill_tokens_per_s == pytest.approx(6000.0), "0.5 x 312 TFLOPS / (2 x 13e9)"
-    assert p13.kv_cache_tokens == int((80 * 0.9 - 26.0) * 1e9 // 819_200)
+    assert p13.prefill_tokens_per_s == pytest.approx(0.5 * 312e12 / (2 * 13.016e9), rel=1e-3)
+    assert p13.kv_cache_tokens == int((80 * 0.9 - p13.weights_gb) * 1e9 // 819_200)
     p70 = PROFILES["llama-2-70b/a100-80gb-tp4"]
+    assert p70.model.parameters == pytest.approx(68.98e9, rel=1e-3)
     assert p70.kv_bytes_per_token == 327_680, "grouped-query attention: 8 KV heads"
-    assert p70.tensor_parallel == 4 and p70.prefill_tokens_per_s == pytest.approx(4 * 0.5 * 312e12 / (2 * 69e9))
+    assert p70.tensor_parallel == 4 and p70.prefill_tokens_per_s == pytest.approx(
+        4 * 0.5 * 312e12 / (2 * 68.98e9), rel=1e-3
+    )
     assert PROFILES["llama-2-70b-int4/a100-80gb-tp2"].quality == "lower"
 
 
@@ -50,7 +55,7 @@ def test_a_service_names_a_profile_fields_override_it_and_gpus_follow_tensor_par
         }
     )
     assert spec.gpus_per_replica == 4 and spec.model.tensor_parallel == 4
-    assert spec.model.prefill_tokens_per_s == pytest.approx(4521.7) and spec.model.decode_step_s == 0.04
+    assert spec.model.prefill_tokens_per_s == pytest.approx(4522, rel=1e-3) and spec.model.decode_step_s == 0.04
     with pytest.raises(ValueError, match="unknown model profile 'llama-9'; shipped profiles: llama-2-13b"):
         ServiceSpec.model_validate(
             {"name": "s", "team": "t", "slo": {"latency_ms": 1000}, "model": {"profile": "llama-9"}, "autoscaling": {}}

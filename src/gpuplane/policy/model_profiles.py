@@ -47,10 +47,25 @@ class Architecture:
     """A model's published shape (its Hugging Face ``config.json``)."""
 
     name: str
-    parameters: float
+    hidden: int
+    intermediate: int
     layers: int
+    heads: int
     kv_heads: int
-    head_dim: int
+    vocab: int
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden // self.heads
+
+    @property
+    def parameters(self) -> float:
+        """Weights: per layer the query and output projections (``2 h²``), the key and value projections
+        (``2 h × KV heads × head dim``) and the gated MLP (``3 h × intermediate``), plus the input
+        embedding and the output head (``2 × vocab × h``); norms are left out (under 0.01 %)."""
+        attention = 2 * self.hidden**2 + 2 * self.hidden * self.kv_heads * self.head_dim
+        return float(self.layers * (attention + 3 * self.hidden * self.intermediate) + 2 * self.vocab * self.hidden)
 
 
 @dataclass(frozen=True)
@@ -106,9 +121,9 @@ class ShippedProfile:
 
 
 A100_80GB = Gpu("a100-80gb", bf16_tflops=312.0, memory_gb=80.0, bandwidth_gb_s=2039.0)
-LLAMA_2_7B = Architecture("llama-2-7b", parameters=6.74e9, layers=32, kv_heads=32, head_dim=128)
-LLAMA_2_13B = Architecture("llama-2-13b", parameters=13.0e9, layers=40, kv_heads=40, head_dim=128)
-LLAMA_2_70B = Architecture("llama-2-70b", parameters=69.0e9, layers=80, kv_heads=8, head_dim=128)
+LLAMA_2_7B = Architecture("llama-2-7b", 4096, 11008, layers=32, heads=32, kv_heads=32, vocab=32000)
+LLAMA_2_13B = Architecture("llama-2-13b", 5120, 13824, layers=40, heads=40, kv_heads=40, vocab=32000)
+LLAMA_2_70B = Architecture("llama-2-70b", 8192, 28672, layers=80, heads=64, kv_heads=8, vocab=32000)
 
 PROFILES: dict[str, ShippedProfile] = {
     p.name: p

@@ -91,6 +91,9 @@ class ServingComparison:
     """``router`` (every request through the gateway's router) or ``per-replica-model`` (queueing model)."""
     gpu_cap: int | None = None
     fallback: Variant | None = None
+    best_attainment: float | None = None
+    """The share of requests whose own prefill fits in the SLO (no fleet does better), counted request by
+    request in the router model; None otherwise (``slo_check.best_attainment`` estimates it)."""
     runs: dict[str, ServingRun] = field(default_factory=dict)
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -135,7 +138,7 @@ class ServingComparison:
                 "mean_generated_tokens": self.profile.mean_generated_tokens,
             },
             "model": model,
-            "slo_check": self.slo_check.to_dict(),
+            "slo_check": {**self.slo_check.to_dict(), "best_attainment_of_requests": self.best_attainment},
             "policies": self.figures,
         }
 
@@ -407,6 +410,8 @@ def compare_serving(
     )
     ctx = RunContext(service, tuple(variants_of_replicas), load.counts, load.work, load.squares, offered, gpu_cap)
     times = _request_times(load, model, fallback_model) if replica_model == "router" else None
+    if times is not None and times.count:
+        comparison.best_attainment = float(np.mean(times.prefill_s[0] <= service.slo.latency_ms / 1000))
     oracle = oracle_replicas(service, model, profile, offered)
     initial = int(oracle[0]) if oracle.size else 1
     capacity = profile.capacity_rps(model.max_batch)
