@@ -122,6 +122,9 @@ class Case:
     policy: PolicySpec
     fifo_queue_s: dict[int, float] = field(default_factory=dict)
     """FIFO's mean queueing delay at each cluster size (GPUs) the search tried."""
+    tried: dict[int, tuple[int, Cluster]] = field(default_factory=dict)
+    """Each cluster size tried: the size asked of ``size_cluster`` and the cluster it gave. Clusters of several
+    pools round each pool up to whole nodes, so asking for a size tried gives a larger one."""
     cluster: Cluster | None = None
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -294,30 +297,37 @@ def size_cases(cases: list[Case], runner: Runner) -> None:
         for (case, task), stored in zip(work, runner.run(work), strict=True):
             case.fifo_queue_s[task.cluster.gpus] = stored["summary"]["avg_queue_s"]
     for case in cases:
-        case.cluster = size_cluster(case.policy, case.trace, chosen_size(case))
+        case.cluster = case.tried[chosen_size(case)][1]
 
 
 def _next_task(case: Case) -> Task | None:
-    """The FIFO run the search tries next, or None when the case is sized. A size that rounds to a cluster
-    already tried is replaced by the middle of the bracket (clusters of several pools round each pool to
-    whole nodes, so sizes jump); when that is tried too the search ends; while stepping it steps on."""
+    """The FIFO run the search tries next, or None when the case is sized. The search runs on the sizes asked
+    of ``size_cluster`` (clusters of several pools round each pool up to whole nodes, so the cluster given is
+    larger and asking for it again gives a larger one still). A size that gives a cluster already tried is
+    replaced by the middle of the bracket; when that is tried too the search ends; while stepping it steps on."""
     first = max(1, round(case.trace.gpu_seconds / (max(case.trace.span_s, 1.0) * START_LOAD)))
-    proposal = next_size(case.fifo_queue_s, case.target_s, first)
+    asked = {request: case.fifo_queue_s[size] for size, (request, _) in case.tried.items() if size in case.fifo_queue_s}
+    proposal = next_size(asked, case.target_s, first)
     for _ in range(MAX_TRIES):
         if proposal is None:
             return None
-        task = _task(case, "fifo", proposal)
+        task = _asked(case, proposal)
         if task.cluster.gpus not in case.fifo_queue_s:
             return task
-        over = [g for g, q in case.fifo_queue_s.items() if q > case.target_s]
-        under = [g for g, q in case.fifo_queue_s.items() if q <= case.target_s]
+        over = [g for g, q in asked.items() if q > case.target_s]
+        under = [g for g, q in asked.items() if q <= case.target_s]
         if over and under:
-            middle = size_cluster(case.policy, case.trace, (max(over) + min(under)) // 2).gpus
-            if middle in case.fifo_queue_s:
-                return None
-            return _task(case, "fifo", middle)
-        proposal = int(proposal * STEP) + 1 if proposal > task.cluster.gpus else max(1, int(proposal / STEP))
+            task = _asked(case, (max(over) + min(under)) // 2)
+            return None if task.cluster.gpus in case.fifo_queue_s else task
+        proposal = int(proposal * STEP) + 1 if not under else max(1, int(proposal / STEP))
     return None
+
+
+def _asked(case: Case, gpus: int) -> Task:
+    """The FIFO task for the cluster ``size_cluster`` gives when asked for ``gpus``, remembered by its size."""
+    task = _task(case, "fifo", gpus)
+    case.tried.setdefault(task.cluster.gpus, (gpus, task.cluster))
+    return task
 
 
 # -- figures, verdicts, output --------------------------------------------------------------------------

@@ -5,14 +5,17 @@ Sections (figures in docs/reliability.md):
 - api_fuzz: schemathesis cases generated from the live API's own OpenAPI document, sent over HTTP with a team,
   the admin, a bogus or no token; any 5xx is a server error;
 - cross_team: a team token trying to read, cancel, follow the logs of, explain, list and submit for another
-  team's jobs and services, and to read its /metrics series; any 2xx on another team's object (a /metrics
-  answer with a series labelled with the other team) counts as allowed;
+  team's jobs and services, and to read their series in /metrics; any 2xx on another team's object (a series
+  labelled with another team, queue or service in /metrics) counts as allowed;
 - load: concurrent clients submitting with idempotency keys, each submission sent twice; a key that made two
   jobs is a duplicate, an acknowledged job missing afterwards is lost;
 - crash (full run only): ``gpuplane serve`` attached to a Ray cluster of its own is killed mid-burst (SIGKILL and
-  SIGTERM in turn) while a Ray worker of a running job is killed too, then restarted, at least 5 times; a second
-  serve on the same database must be refused; every job holds an exclusive lock on its own file while it runs,
-  so a job that ever runs twice at once is counted; the database is checked row by row at the end.
+  SIGTERM in turn) while a Ray worker of a running job is killed too, then restarted, at least 5 times; after each
+  restart the clients resend every idempotency key they ever attempted (as clients that retry until answered),
+  so a submission cut off by the kill is retried, and a key answered with another job than before is a
+  duplicate; a second serve on the same database must be refused; every job holds an exclusive lock on its own
+  file while it runs, so a job that ever runs twice at once is counted, and a run started again after an
+  earlier run of the job had ended is reported; the database is checked row by row at the end.
 
 ``--quick`` runs the fuzzers and the API sections at a reduced size against an in-process plane with a stub
 engine (no Ray, ~30 s; tests/unit/test_reliability_quick.py runs it); the full run needs Ray and takes minutes:
@@ -62,6 +65,7 @@ FAILURE_KEYS = (
     "hangs",
     "unsound_accepted",
     "second_plane_accepted",
+    "unacknowledged_after_retry",
 )
 RAY_CLUSTER = """
 import sys, ray
@@ -132,8 +136,10 @@ class StubEngine:
     def stop(self, job_id: str) -> None:
         self.runs.discard(job_id)
 
-    def recover(self, job: Any) -> bool:
-        return False
+    def recover(self, job: Any) -> Any:
+        from gpuplane.live.ray_engine import RunPhase, RunStatus
+
+        return RunStatus(RunPhase.LOST)
 
     def read_log(self, job: Any, rank: int = 0, offset: int = 0) -> bytes:
         return b"log line\n"[min(offset, 9) :]
@@ -316,12 +322,10 @@ def cross_team(url: str) -> dict[str, Any]:
     attempt("delete service", attacker.delete("/v1/services/echo"))
     services = attacker.get("/v1/services")
     attempt("list services", services, any(s["team"] != "product" for s in services.json()))
-    metrics_text = attacker.get("/metrics")
-    attempt(
-        "metrics of another team",
-        metrics_text,
-        metrics_text.is_success and any(f'{label}="research"' in metrics_text.text for label in ("team", "queue")),
-    )
+    metrics = attacker.get("/metrics")
+    shown = metrics.text if metrics.is_success else ""
+    foreign = ('team="research"', 'queue="research"', 'team="serving"', 'queue="serving"', 'service="echo"')
+    attempt("metrics of other teams", metrics, any(label in shown for label in foreign))
     attempt("shadow report", attacker.get("/v1/shadow"), False)
     allowed = [what for what, _, leak in attempts if leak]
     server_errors = [what for what, response, _ in attempts if response.status_code >= 500]
@@ -424,13 +428,15 @@ class Serve:
 
 
 def _ray_worker_of(data: Path, job_id: str, attempt: int) -> int | None:
-    """The Ray worker process (actor) running rank 0 of ``job_id``'s attempt: the reaper's watched pid."""
+    """The Ray worker process (actor) running rank 0 of ``job_id``'s attempt: the reaper's watched pid, its first
+    argument (``reaper.py PARENT_PID [--exit-file PATH] -- ARGV``)."""
     pid_file = data / "jobs" / job_id / f"attempt-{attempt}" / "rank-0.pid"
     try:
         reaper = int(pid_file.read_text().split()[0])
         argv = Path(f"/proc/{reaper}/cmdline").read_bytes().split(b"\0")
-        return int(argv[argv.index(b"--") - 1])
-    except (OSError, ValueError, IndexError):
+        script = next(i for i, arg in enumerate(argv) if arg.endswith(b"reaper.py"))
+        return int(argv[script + 1])
+    except (OSError, ValueError, IndexError, StopIteration):
         return None
 
 
@@ -452,6 +458,13 @@ def crash(cycles: int, data: Path, work: Path, clients: int) -> dict[str, Any]:
     assert ray_proc.stdout is not None
     address = ray_proc.stdout.readline().strip()
     acknowledged: dict[str, str] = {}
+    """Per idempotency key, the job id of its first acknowledgment (201 or 200)."""
+    attempted: list[str] = []
+    """Every key a client sent, acknowledged or not, in order."""
+    acknowledged_on_resend: set[str] = set()
+    answered_otherwise: list[str] = []
+    """Keys answered on a resend with another job id than their first acknowledgment."""
+    sent = threading.Lock()
     second_plane_accepted = 0
     worker_kills = 0
     restarts = 0
@@ -468,11 +481,16 @@ def crash(cycles: int, data: Path, work: Path, clients: int) -> dict[str, Any]:
             research = httpx.Client(
                 base_url=serve.url, headers={"Authorization": f"Bearer {TOKENS['research']}"}, timeout=30
             )
-            for key in list(acknowledged):
+            for key in attempted:
                 response = research.post("/v1/jobs", json=_ledger_body(key, script, ledger))
                 server_errors += response.status_code >= 500
-                if response.status_code in (200, 201) and response.json()["id"] != acknowledged[key]:
-                    acknowledged[f"{key}#second"] = response.json()["id"]
+                if response.status_code in (200, 201):
+                    job_id = response.json()["id"]
+                    if key not in acknowledged:
+                        acknowledged[key] = job_id
+                        acknowledged_on_resend.add(key)
+                    elif job_id != acknowledged[key]:
+                        answered_otherwise.append(key)
             if cycle == 0:
                 second = Serve(address, data, free_port())
                 try:
@@ -487,10 +505,13 @@ def crash(cycles: int, data: Path, work: Path, clients: int) -> dict[str, Any]:
 
             def submit(key: str, url: str = serve.url) -> None:
                 http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS['research']}"}, timeout=30)
+                with sent:
+                    attempted.append(key)
                 with contextlib.suppress(httpx.HTTPError):
                     response = http.post("/v1/jobs", json=_ledger_body(key, script, ledger))
                     if response.status_code in (200, 201):
-                        acknowledged.setdefault(key, response.json()["id"])
+                        with sent:
+                            acknowledged.setdefault(key, response.json()["id"])
 
             with ThreadPoolExecutor(max_workers=4) as pool:
                 futures = [pool.submit(submit, key) for key in burst[: len(burst) // 2]]
@@ -537,22 +558,46 @@ def crash(cycles: int, data: Path, work: Path, clients: int) -> dict[str, Any]:
     overlapping = (ledger / "DUPLICATES").read_text().splitlines() if (ledger / "DUPLICATES").exists() else []
     unfinished = [j["id"] for j in jobs if j["state"] not in ("succeeded", "failed", "cancelled")]
     log = (data / "serve.log").read_text(errors="replace")
+    keys = list(dict.fromkeys(attempted))
+    reran = _reran_after_end(ledger / "runs.log")
     return {
         "crash_restarts": restarts,
         "ray_worker_kills": worker_kills,
+        "crash_keys_attempted": len(keys),
+        "crash_keys_acknowledged_first_try": len(acknowledged) - len(acknowledged_on_resend),
+        "crash_keys_acknowledged_on_resend": len(acknowledged_on_resend),
         "crash_jobs": len(jobs),
         "crash_states": dict(Counter(j["state"] for j in jobs)),
+        "crash_attempts": dict(Counter(j["attempts"] for j in jobs)),
         "crash_unfinished": len(unfinished),
+        "crash_reran_after_end": len(reran),
+        "crash_reran_examples": reran[:5],
+        "unacknowledged_after_retry": sum(1 for key in keys if key not in acknowledged),
         "lost_acknowledged": sum(1 for job_id in acknowledged.values() if job_id not in ids),
-        "duplicates": sum(n - 1 for n in per_key.values() if n > 1)
-        + len(overlapping)
-        + sum(1 for k in acknowledged if k.endswith("#second")),
+        "duplicates": sum(n - 1 for n in per_key.values() if n > 1) + len(overlapping) + len(answered_otherwise),
         "ran_twice_examples": overlapping[:5],
         "second_plane_accepted": second_plane_accepted,
         "server_errors": server_errors,
         "tracebacks": log.count("Traceback (most recent call last)"),
         "corrupt_rows": corrupt_rows(data / "gpuplane.db"),
     }
+
+
+def _reran_after_end(runs_log: Path) -> list[str]:
+    """Jobs with a run started after an earlier run of theirs had ended by itself (the ledger's end line): work
+    done being run again. Not a failure by itself (a run killed between its last line and its exit has no
+    recorded end for the plane), listed so it can be looked at."""
+    ended: set[str] = set()
+    again: list[str] = []
+    if not runs_log.exists():
+        return again
+    for line in runs_log.read_text().splitlines():
+        what, job, _attempt, *_ = line.split()
+        if what == "end":
+            ended.add(job)
+        elif job in ended and job not in again:
+            again.append(job)
+    return again
 
 
 def _ledger_body(key: str, script: Path, ledger: Path) -> dict[str, Any]:

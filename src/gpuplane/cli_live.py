@@ -35,6 +35,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     from gpuplane.live.modes import PlaneModeError
     from gpuplane.live.server import ServeOptions, run
     from gpuplane.live.store import StoreError
+    from gpuplane.telemetry import TelemetryUnavailable
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("alembic", "httpx"):
@@ -49,6 +50,8 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         event_retention_days=args.event_retention_days,
         shadow=args.shadow,
         observe_ray_jobs=args.observe_ray_jobs,
+        telemetry=args.telemetry,
+        telemetry_interval_s=args.telemetry_interval_s,
     )
     if args.observe_ray_jobs and not args.shadow:
         print("error: --observe-ray-jobs needs --shadow (a real plane runs its own jobs)", file=sys.stderr)
@@ -58,7 +61,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     )
     try:
         run(policy, options, args.host, args.port)
-    except (AuthConfigError, StoreError, PlaneModeError) as exc:
+    except (AuthConfigError, StoreError, PlaneModeError, TelemetryUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -228,6 +231,18 @@ def add_live_commands(sub: Any) -> None:
         "--observe-ray-jobs",
         metavar="DASHBOARD_URL",
         help="with --shadow: mirror the Ray jobs labelled gpuplane.io/team and compare with their real starts",
+    )
+    serve.add_argument(
+        "--telemetry",
+        choices=("auto", "nvml", "virtual", "off"),
+        default="auto",
+        help="GPU telemetry: NVML where it loads, else virtual GPUs (auto, the default); nvml fails without it",
+    )
+    serve.add_argument(
+        "--telemetry-interval-s",
+        type=number(0, above=True),
+        default=2.0,
+        help="seconds between two GPU telemetry readings (default 2)",
     )
     serve.set_defaults(func=cmd_serve)
 

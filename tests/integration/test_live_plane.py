@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplane.cli import main
 from gpuplane.io.policy_file import load_policy
@@ -64,10 +65,13 @@ def client(api: str, team: str) -> httpx.Client:
     return httpx.Client(base_url=api, headers={"Authorization": f"Bearer {TOKENS[team]}"}, timeout=30)
 
 
-def train(name: str, steps: int, step_s: float, pods: int = 1, gpus: int = 4, **extra: object) -> dict[str, object]:
+def train(
+    name: str, steps: int, step_s: float, pods: int = 1, gpus: int = 4, hold: Path | None = None, **extra: object
+) -> dict[str, object]:
+    """A training-loop job; with ``hold``, it does not end after its steps until that file exists."""
     return {
         "name": name,
-        "entrypoint": [sys.executable, str(TRAIN_LOOP), str(steps), str(step_s), "5"],
+        "entrypoint": [sys.executable, str(TRAIN_LOOP), str(steps), str(step_s), "5", *([str(hold)] if hold else [])],
         "pods": pods,
         "gpus_per_pod": gpus,
         **extra,
@@ -141,16 +145,18 @@ def live_members(pgid: int) -> list[int]:
     return members
 
 
-def test_a_killed_ray_worker_takes_its_whole_attempt_down_before_the_next(api: str, plane: LivePlane) -> None:
+def test_a_killed_ray_worker_takes_its_whole_attempt_down_before_the_next(
+    api: str, plane: LivePlane, tmp_path: Path
+) -> None:
     c = client(api, "research")
-    job = c.post("/v1/jobs", json=train("orphan", 400, 0.05, gpus=1)).json()
-    wait_for(lambda: reached(c, job["id"], "running"), 60, "the job to run")
+    job = c.post("/v1/jobs", json=train("orphan", 20, 0.05, gpus=1, hold=tmp_path / "never")).json()
+    wait_for(lambda: reached(c, job["id"], "running"), 120, "the job to run")
     pid_file = plane.engine.log_path(job["id"], 1, 0).with_suffix(".pid")
     leader = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().split()[0], 30, "the pid file"))
     worker = int(Path(f"/proc/{leader}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert len(live_members(leader)) >= 2, "the reaper and the training loop"
+    wait_for(lambda: len(live_members(leader)) >= 2, 30, "the reaper and the training loop it starts")
     os.kill(worker, 9)
-    wait_for(lambda: (state_of(c, job["id"])["attempts"] or 0) >= 2 or None, 60, "the second attempt")
+    wait_for(lambda: (state_of(c, job["id"])["attempts"] or 0) >= 2 or None, 120, "the second attempt")
     assert live_members(leader) == [], "attempt 1 is gone once attempt 2 is placed"
     c.delete(f"/v1/jobs/{job['id']}")
     wait_for(lambda: reached(c, job["id"], "cancelled"), 30, "the job to stop")
@@ -400,8 +406,24 @@ def test_cli_submits_lists_explains_shows_logs_and_cancels(api: str, capsys: pyt
     assert "401" in capsys.readouterr().err
 
 
-def test_metrics_follow_prometheus_conventions(api: str) -> None:
-    text = client(api, "admin").get("/metrics").text
+def test_metrics_follow_prometheus_conventions(api: str, plane: LivePlane) -> None:
+    assert plane.gpu_source is not None, "serve opens a GPU telemetry source by default"
+    source = plane.gpu_source.source.value
+
+    def telemetry_exported() -> str | None:
+        text = client(api, "admin").get("/metrics").text
+        return text if f'source="{source}"' in text else None
+
+    text = wait_for(telemetry_exported, 30, "the GPU telemetry gauges")
+    if source == "virtual":
+        sizes = {
+            (s.labels["node"], s.labels["gpu"], s.labels["source"]): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "gpuplane_gpu_memory_total_bytes"
+        }
+        assert sizes[("train-0000", "0", "virtual")] == 80 * (1 << 30), "the policy's a100-80gb"
+        assert "gpuplane_gpu_utilization_ratio{" not in text, "a virtual GPU's utilization is unknown, not 0"
     for name in (
         "gpuplane_pool_gpus",
         "gpuplane_pool_gpus_allocated",

@@ -32,6 +32,7 @@ class FakeEngine:
         self.signalled: list[str] = []
         self.stopped: list[str] = []
         self.alive_after_restart: set[str] = set()
+        self.ended_after_restart: dict[str, RunStatus] = {}
         self.checkpoints: dict[str, float] = {}
 
     def start(self, job: JobRecord, grace_period_s: float) -> None:
@@ -48,11 +49,11 @@ class FakeEngine:
         self.stopped.append(job_id)
         self.phase.pop(job_id, None)
 
-    def recover(self, job: JobRecord) -> bool:
+    def recover(self, job: JobRecord) -> RunStatus:
         if job.id in self.alive_after_restart:
             self.phase[job.id] = RunStatus(RunPhase.RUNNING)
-            return True
-        return False
+            return RunStatus(RunPhase.RUNNING)
+        return self.ended_after_restart.get(job.id, RunStatus(RunPhase.LOST))
 
     def read_log(self, job: JobRecord, rank: int = 0, offset: int = 0) -> bytes:
         return b""
@@ -221,12 +222,50 @@ def test_restart_reattaches_what_runs_and_requeues_what_was_lost(tmp_path: Path)
     again.alive_after_restart = {"a"}
     restarted = plane(tmp_path, again)
     counts = restarted.recover()
-    assert counts == {"recovered_running": 1, "requeued": 1, "pending": 1, "finished": 0}
+    assert counts == {"recovered_running": 1, "requeued": 1, "pending": 1, "finished": 0, "ended_unwatched": 0}
     assert restarted.jobs["a"].state is JobState.ADMITTED and restarted.jobs["a"].attempts == 1
     assert restarted.jobs["b"].state is JobState.PENDING and restarted.jobs["b"].reason["reason"] == "lost_on_restart"
     restarted.tick()
     assert restarted.jobs["a"].state is JobState.RUNNING
     assert restarted.jobs["b"].state is JobState.ADMITTED and restarted.jobs["b"].attempts == 2
+
+
+def test_a_run_that_ended_while_no_plane_watched_is_settled_as_the_plane_would_have(tmp_path: Path) -> None:
+    """The engine reports, at recovery, runs that ended by themselves in between (exit code, end time): a running
+    job is finished with its code, a cancelled one is cancelled, a preempted one is requeued; none runs again."""
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock)
+    for name in ("ok", "bad", "stop", "moved"):
+        cp.submit(job(name, gpus=2, submit=1000 + ord(name[0])))
+    cp.tick()
+    for name in ("ok", "bad", "stop", "moved"):
+        engine.phase[name] = RunStatus(RunPhase.RUNNING)
+    cp.tick()
+    cp.cancel("stop")
+    cp.drain("moved", "moved_by_consolidation", {})
+    cp.store.close()
+
+    again = FakeEngine()
+    again.ended_after_restart = {
+        "ok": RunStatus(RunPhase.EXITED, exit_code=0, ended_at=1010.0),
+        "bad": RunStatus(RunPhase.EXITED, exit_code=2, ended_at=1020.0),
+        "stop": RunStatus(RunPhase.EXITED, exit_code=-15, ended_at=1001.0),
+        "moved": RunStatus(RunPhase.EXITED, exit_code=0, ended_at=1001.0),
+    }
+    later = Clock()
+    later.now = 5000.0
+    restarted = plane(tmp_path, again, later)
+    counts = restarted.recover()
+    assert counts["ended_unwatched"] == 4 and counts["requeued"] == 0
+    ok, bad, stop, moved = (restarted.jobs[n] for n in ("ok", "bad", "stop", "moved"))
+    assert ok.state is JobState.SUCCEEDED and ok.exit_code == 0 and ok.end_time == 1010.0
+    assert ok.attained_gpu_s == pytest.approx(2 * 10), "charged up to its recorded end"
+    assert bad.state is JobState.FAILED and bad.exit_code == 2
+    assert "exited with code 2" in bad.reason["message"] and bad.reason["ended_while_unwatched"]
+    assert stop.state is JobState.CANCELLED and stop.exit_code == -15
+    assert moved.state is JobState.PENDING and moved.reason["reason"] == "requeued_after_preemption"
+    restarted.tick()
+    assert again.started == ["moved"], "only the requeued job is placed again"
 
 
 def test_work_the_engine_lost_or_never_started_is_requeued(tmp_path: Path) -> None:
@@ -402,3 +441,26 @@ def test_a_pending_jobs_wait_reason_is_an_event_each_time_it_changes(tmp_path: P
     cp.tick()
     cp.tick()
     assert cp.jobs["waiter"].state is JobState.ADMITTED and cp.jobs["waiter"].wait_reason is None
+
+
+def test_a_load_following_starvation_guard_gets_the_pending_jobs_measured_wait(tmp_path: Path) -> None:
+    """The plane averages the waits of what stays pending after each tick and hands the average to the core."""
+    doc = yaml.safe_load(POLICY.read_text())
+    doc["scheduling"]["starvation_guard_load_factor"] = 2
+    guarded = parse_policy(yaml.safe_dump(doc), "guarded.yaml")
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock, guarded)
+    assert cp.pending_waits is not None
+    cp.submit(job("first", pods=2))
+    cp.submit(job("second", pods=2))
+    cp.tick()  # 'first' takes both nodes; 'second' waits from 1,000 s
+    assert cp.pending_waits.signals.pending_wait_s is None
+    clock.now += 3600
+    cp.tick()  # nothing waited before, so the average is 0; from now on 'second' has waited an hour
+    assert cp.pending_waits.signals.pending_wait_s == pytest.approx(0.0)
+    clock.now += 3600
+    cp.tick()
+    keep = 0.5 ** (3600 / 86400)
+    assert cp.pending_waits.signals.pending_wait_s == pytest.approx((1 - keep) * 3600)
+    nodes = {n.name: n for n in FakeNodes().nodes()}
+    assert cp._snapshot(nodes, clock.now).load == cp.pending_waits.signals

@@ -88,6 +88,7 @@ def policies(draw):
             "thresholds_gpu_hours": [0.5, 4],
             "preempt_within_queue": draw(st.booleans()),
             "preempt_borrowed": draw(st.booleans()),
+            "spare_longer_waiting": draw(st.booleans()),
         }
     if draw(st.booleans()):
         scheduling["starvation_guard_hours"] = draw(st.sampled_from([0.5, 2.0]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -312,3 +313,130 @@ def test_without_keep_reservations_the_less_served_gang_takes_the_reservation():
 def test_keep_reservations_leaves_the_reservation_with_the_gang_that_held_it():
     res = _blocked_pair(keep=True)
     assert [v.workload_id for v in res.reservations] == ["waited"]
+
+
+WAIT_FAIR = {"scheduling": {"service_levels": {"thresholds_gpu_hours": [1, 10], "spare_longer_waiting": True}}}
+
+
+def test_a_run_that_waited_longer_than_the_preemptor_is_spared_by_less_served_work():
+    """It was submitted at 0 and first started at 36,000 s: 10 h of waiting, so fresh work passes it by."""
+    p = policy(**WAIT_FAIR)
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("waited", klass="batch"), 36_000, None)])
+    res = cycle(p, node_list, [job("fresh", klass="batch", t=36_800)], run, now=36_900)
+    assert kinds(res) == {"fresh": "wait"}
+    without = policy(**LEVELS)
+    assert kinds(cycle(without, node_list, [job("fresh", klass="batch", t=36_800)], run, now=36_900)) == {
+        "waited": "preempt",
+        "fresh": "admit",
+    }
+
+
+def test_less_served_work_that_waited_as_long_still_preempts():
+    p = policy(**WAIT_FAIR)
+    node_list = nodes(p, train=1)
+    run = running(p, node_list, [(job("waited", klass="batch"), 3_600, None)])
+    res = cycle(p, node_list, [job("patient", klass="batch", t=0)], run, now=4_500)  # waited 4,500 s > 3,600 s
+    assert kinds(res) == {"waited": "preempt", "patient": "admit"}
+    assert res.preempted[0].reason.code.value == "preempted_for_less_served"
+
+
+def test_time_run_before_does_not_count_as_waiting():
+    """Submitted at 0, ran 2 h (2 GPU-hours on 1 GPU... here 8 GPUs for 900 s), restarted at 1,000 s: it waited
+    100 s only, so work that waited longer than that may preempt it."""
+    p = policy(**WAIT_FAIR)
+    node_list = nodes(p, train=1)
+    resumed = served(job("resumed", klass="batch"), 2)  # 2 GPU-hours on 8 GPUs: 900 s of running before
+    run = running(p, node_list, [(resumed, 1_000, None)])
+    assert kinds(cycle(p, node_list, [job("waiting", klass="batch", t=1_000)], run, now=1_200)) == {
+        "resumed": "preempt",
+        "waiting": "admit",
+    }
+    assert kinds(cycle(p, node_list, [job("fresh", klass="batch", t=1_150)], run, now=1_200)) == {"fresh": "wait"}
+
+
+def test_reclaim_of_borrowed_quota_ignores_how_long_the_borrower_waited():
+    doc = {
+        "teams": [
+            {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+            {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+        ],
+        **WAIT_FAIR,
+    }
+    p = policy(**doc)
+    node_list = nodes(p, train=2)
+    run = running(
+        p,
+        node_list,
+        [
+            (job("b-own", queue="b", klass="batch"), 36_000, None),
+            (job("b-borrowed", queue="b", klass="batch"), 36_000, None),
+        ],
+    )
+    res = cycle(p, node_list, [job("a-fresh", queue="a", klass="batch", t=36_900)], run, now=37_000)
+    assert kinds(res)["a-fresh"] == "admit"
+    assert [d.reason.code.value for d in res.preempted] == ["preempted_to_reclaim_quota"]
+
+
+def test_a_failed_search_is_not_reused_for_work_that_waited_longer():
+    """Both pending jobs share a preemption key; the first in line (submitted earlier, but it ran 405 s before)
+    waited 595 s, less than the run's 700 s, and fails; the second waited 900 s and must still be tried."""
+    p = policy(**WAIT_FAIR)
+    node_list = nodes(p, train=1)
+    victim = served(job("victim", klass="batch", t=-405), 0.9)  # ran 405 s on 8 GPUs, waited 700 s by its start
+    run = running(p, node_list, [(victim, 700, None)])
+    ran_before = served(job("ran-before", klass="batch", t=0), 0.9)
+    res = cycle(p, node_list, [ran_before, job("patient", klass="batch", t=100)], run, now=1_000)
+    assert kinds(res) == {"victim": "preempt", "patient": "admit", "ran-before": "wait"}
+
+
+def test_equally_served_victims_are_taken_least_waited_first_when_the_policy_says_so():
+    """Both runs are at level 1; 'waited' queued 10 h before it started, 'fresh' not at all and started
+    later (so it has lost less work and would be the victim anyway): 'waited' started last here so that
+    only the wait tells them apart."""
+    doc = {**LEVELS, "scheduling": {**LEVELS["scheduling"], "preemption": {"victims_least_waited_first": True}}}
+    p = policy(**doc)
+    node_list = nodes(p, train=2)
+    fresh = job("fresh", klass="batch", t=36_000)
+    waited = job("waited", klass="batch", t=0)
+    run = running(p, node_list, [(fresh, 36_000, None), (waited, 36_100, None)])
+    preemptor = job("short", klass="batch", t=37_000)
+    assert kinds(cycle(p, node_list, [preemptor], run, now=37_100)) == {"fresh": "preempt", "short": "admit"}
+    plain = policy(**LEVELS)
+    assert kinds(cycle(plain, node_list, [preemptor], run, now=37_100)) == {"waited": "preempt", "short": "admit"}
+
+
+def nominal_level_policy(level: int | None) -> Any:
+    teams = [
+        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+    ]
+    levels: dict[str, Any] = {"thresholds_gpu_hours": [1, 10], "preempt_within_queue": False, "preempt_borrowed": True}
+    if level is not None:
+        levels["preempt_nominal_from_level"] = level
+    return policy(teams=teams, scheduling={"service_levels": levels})
+
+
+def test_less_served_work_may_take_long_runs_within_another_queues_nominal_quota_when_the_policy_says_so():
+    """a runs a long job within its nominal 8 GPUs (16 GPU-hours by 7,200 s: level 2); b holds its own 8 and
+    asks 8 more, which it would borrow, but the cohort has nothing left to lend."""
+    for level, expected in ((2, {"a-long": "preempt", "b-new": "admit"}), (None, {"b-new": "wait"})):
+        p = nominal_level_policy(level)
+        node_list = nodes(p, train=2)
+        run = running(
+            p, node_list, [(job("a-long", queue="a", klass="batch"), 0, None), (job("b-own", queue="b"), 6_000, None)]
+        )
+        res = cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)
+        assert kinds(res) == expected, level
+    assert res.waiting[0].reason.code.value == "cohort_quota_exhausted"
+
+
+def test_runs_below_that_level_keep_their_nominal_quota():
+    p = nominal_level_policy(3)  # a's run is at level 2
+    node_list = nodes(p, train=2)
+    run = running(
+        p, node_list, [(job("a-long", queue="a", klass="batch"), 0, None), (job("b-own", queue="b"), 6_000, None)]
+    )
+    assert kinds(cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)) == {
+        "b-new": "wait"
+    }

@@ -175,9 +175,11 @@ def _ordering_warnings(view: PolicyView, bundle: ExportBundle) -> None:
             "GPU-hours it has received",
             "dropped",
         )
-    if scheduling.starvation_guard_hours is not None:
+    if scheduling.starvation_guard_hours is not None or scheduling.starvation_guard_load_factor is not None:
         bundle.warn(
-            "scheduling.starvation_guard_hours",
+            "scheduling.starvation_guard_hours"
+            if scheduling.starvation_guard_load_factor is None
+            else "scheduling.starvation_guard_load_factor",
             "the starvation guard",
             "Kueue has no promotion of long-waiting workloads"
             + (", nor preemption rights for them" if scheduling.starvation_guard_preempts_borrowed else ""),

@@ -37,9 +37,15 @@ def pid_path(log_path: Path) -> Path:
     return log_path.with_suffix(".pid")
 
 
+def exit_path(log_path: Path) -> Path:
+    """Where the reaper records how the entrypoint of the rank logging to ``log_path`` ended."""
+    return log_path.with_suffix(".exit")
+
+
 def start_entrypoint(argv: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
     """Start a job's entrypoint under ``reaper.py`` as a new process group that dies with this process, with only
-    ``env`` on top of the safe base, output to ``log_path``; the group is recorded next to the log.
+    ``env`` on top of the safe base, output to ``log_path``; the group is recorded next to the log, and so is the
+    entrypoint's exit code when it ends by itself (``exit_path``).
 
     FileNotFoundError when the program cannot be found, as if it were started directly (a failed start).
     """
@@ -53,7 +59,16 @@ def start_entrypoint(argv: list[str], env: dict[str, str], cwd: Path, log_path: 
     log = open_private_log(log_path)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", reaper.__file__, str(os.getpid()), "--", *argv],
+            [
+                sys.executable,
+                "-I",
+                reaper.__file__,
+                str(os.getpid()),
+                "--exit-file",
+                str(exit_path(log_path)),
+                "--",
+                *argv,
+            ],
             env=full_env,
             cwd=cwd,
             stdout=log,
@@ -78,7 +93,8 @@ class JobRank:
         self._info: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
-        """Start the entrypoint; returns the process id, the node address and the GPU ids Ray assigned.
+        """Start the entrypoint; returns the process id, the node address, the GPU ids Ray assigned and the
+        ``CUDA_VISIBLE_DEVICES`` the entrypoint sees (what GPU telemetry maps it by).
 
         Idempotent: a second call returns what the first started, so a restarted control plane may call it on
         an actor whose first call (from the plane that died) may or may not have run, and the entrypoint still
@@ -95,6 +111,7 @@ class JobRank:
             "pid": self._proc.pid,
             "node_ip": node_ip,
             "ray_gpu_ids": [str(g) for g in ray_gpus],
+            "cuda_visible_devices": self._env.get("CUDA_VISIBLE_DEVICES"),
         }
         return self._info
 
@@ -158,7 +175,8 @@ class ServiceReplica:
         self._info: dict[str, Any] | None = None
 
     def start(self) -> dict[str, Any]:
-        """Bind a free port on the node's address and serve; returns the URL. Idempotent (see ``JobRank.start``)."""
+        """Bind a free port on the node's address and serve; returns the URL and the ``CUDA_VISIBLE_DEVICES`` Ray
+        gave this replica's process. Idempotent (see ``JobRank.start``)."""
         with self._starting:
             if self._info is None:
                 self._info = self._serve()
@@ -199,7 +217,11 @@ class ServiceReplica:
         self._server = ThreadingHTTPServer((host, 0), _Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return {"url": f"http://{host}:{self._server.server_address[1]}", "node_ip": host}
+        return {
+            "url": f"http://{host}:{self._server.server_address[1]}",
+            "node_ip": host,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
 
     def _call(self, body: dict[str, Any]) -> Any:
         result = self._handler({**self._options, **body})

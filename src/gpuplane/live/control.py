@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.accounting import price_book
-from gpuplane.live.convert import gpus_asked, gpus_held, placement_to_dict, pod_gpus, to_node, to_running, to_workload
+from gpuplane.live.convert import (
+    gpus_asked,
+    gpus_held,
+    placement_to_dict,
+    pod_cuda_visible,
+    pod_gpus,
+    to_node,
+    to_running,
+    to_workload,
+)
 from gpuplane.live.feasibility import never_runs
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import check_mode
@@ -33,13 +42,14 @@ from gpuplane.live.run_costs import charge_run
 from gpuplane.live.store import Store
 from gpuplane.model.cluster import ClusterSnapshot
 from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
+from gpuplane.model.load import LoadSignals, PendingWaitAverage
 from gpuplane.model.workload import Workload
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler.cycle import CycleResult, schedule
 from gpuplane.scheduler.estimate import StartEstimate, estimate_starts
 from gpuplane.scheduler.explain import explain_dict
 from gpuplane.scheduler.index import PolicyIndex
-from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, queueing_delay, resolve
 
 log = logging.getLogger("gpuplane.live")
 CHECKPOINT_REFRESH_S = 5.0
@@ -91,6 +101,9 @@ class ControlPlane:
         self.policy = policy
         self._prices = price_book(policy)
         self.index = PolicyIndex(policy)
+        self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
+        """The pending jobs' mean queueing delay over time, for a starvation guard that follows the load (kept in
+        memory: after a restart the guard follows again from the first tick)."""
         self.store = store
         self.engine = engine
         self.node_provider = nodes
@@ -115,10 +128,16 @@ class ControlPlane:
         """Nodes ordered and not yet joined, per pool (kept by the node autoscaler)."""
         self.cordoned: set[str] = set()
         """Nodes being drained: their work runs on, nothing new is placed there."""
+        self._started_info: dict[str, list[dict[str, Any]]] = {}
+        """Per running workload, what each pod reported when it started (from the engine's last statuses)."""
 
     def recover(self) -> dict[str, int]:
-        """Load every job from the store and reconcile it with what the engine still runs."""
-        counts = {"recovered_running": 0, "requeued": 0, "pending": 0, "finished": 0}
+        """Load every job from the store and reconcile it with what the engine still runs or knows has ended.
+
+        A run that ended while no plane watched it is settled as the plane would have settled it then (finished
+        with its real exit code, cancelled, or requeued after its preemption), never started again; a run that
+        is gone without an end is requeued (``lost_on_restart``)."""
+        counts = {"recovered_running": 0, "requeued": 0, "pending": 0, "finished": 0, "ended_unwatched": 0}
         events: list[EventRecord] = []
         now = self.clock()
         with self.lock:
@@ -132,8 +151,13 @@ class ControlPlane:
                 if job.state is JobState.PENDING:
                     counts["pending"] += 1
                     continue
-                if self.engine.recover(job):
+                status = self.engine.recover(job)
+                if status.phase in (RunPhase.RUNNING, RunPhase.STARTING):
                     counts["recovered_running"] += 1
+                    continue
+                if status.phase is RunPhase.EXITED:
+                    counts["ended_unwatched"] += 1
+                    self._settle_unwatched(job, status, now, events)
                     continue
                 if job.state is JobState.CANCELLING:
                     self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
@@ -141,7 +165,25 @@ class ControlPlane:
                 self._requeue(job, now, events, "lost_on_restart", {"was": job.state.value})
                 counts["requeued"] += 1
             self.store.save_jobs([self.jobs[e.subject] for e in events if e.subject in self.jobs], events)
+        if self.metrics is not None:
+            for ev in events:
+                self.metrics.observe_event(ev.kind, ev.reason, ev.team, ev.details)
         return counts
+
+    def _settle_unwatched(self, job: JobRecord, status: RunStatus, now: float, events: list[EventRecord]) -> None:
+        """Carry out what the plane would have done had it seen ``job``'s run end (``status``: EXITED, with the
+        end time its reapers recorded), charging the run up to that end rather than up to the restart."""
+        floor = job.start_time if job.start_time is not None else (job.admitted_time or now)
+        end = min(now, max(floor, status.ended_at if status.ended_at is not None else now))
+        details: dict[str, Any] = {"exit_code": status.exit_code, "ended_while_unwatched": True}
+        if job.state is JobState.CANCELLING:
+            self._finish(job, JobState.CANCELLED, end, status.exit_code, events, "cancelled", details)
+        elif job.state is JobState.PREEMPTING:
+            self._requeue(job, end, events, "requeued_after_preemption", {**details, "killed_after_grace": False})
+        else:
+            state = JobState.SUCCEEDED if status.exit_code == 0 else JobState.FAILED
+            message = exit_message(status.exit_code)
+            self._finish(job, state, end, status.exit_code, events, state.value, {**details, "message": message})
 
     def submit(self, job: JobRecord) -> JobRecord:
         """Accept ``job`` (persisted before this returns) or raise SubmitError naming the field to fix.
@@ -270,6 +312,9 @@ class ControlPlane:
         changed: dict[str, JobRecord] = {}
         stops: list[str] = []
         with self.lock:
+            self._started_info = {
+                job_id: status.info for job_id, status in statuses.items() if status.phase is RunPhase.RUNNING
+            }
             self._observe(statuses, now, events, changed, stops)
             alive = {n.name: n for n in nodes if n.alive and n.pool in self.index.pools}
             self._drop_lost_nodes(alive, now, events, changed, stops)
@@ -280,6 +325,7 @@ class ControlPlane:
             self.last_result = result
             self.last_nodes = nodes
             starts, signals = self._apply(result, now, events, changed, report)
+            self._observe_pending_waits(now)
             self._record_waits(result, events, changed)
             self._mark_reserved(result, changed)
             report.pending = len(snapshot.pending)
@@ -395,7 +441,21 @@ class ControlPlane:
             elif job.state is JobState.PENDING and (job.not_before is None or job.not_before <= now):
                 pending.append(self._workload(job))
         nodes = [to_node(n, n.name not in self.cordoned) for n in alive.values()]
-        return ClusterSnapshot(now, nodes, running, pending)
+        load = LoadSignals() if self.pending_waits is None else self.pending_waits.signals
+        return ClusterSnapshot(now, nodes, running, pending, load)
+
+    def _observe_pending_waits(self, now: float) -> None:
+        """Record how long the jobs still pending after this tick have waited (the guard's load figure)."""
+        if self.pending_waits is None:
+            return
+        self.pending_waits.observe(
+            now,
+            (
+                queueing_delay(self._workload(job), now, max(1, job.pods * job.gpus_per_pod))
+                for job in self.jobs.values()
+                if job.state is JobState.PENDING
+            ),
+        )
 
     def _workload(self, job: JobRecord) -> Workload:
         workload = self._workloads.get(job.id)
@@ -584,6 +644,25 @@ class ControlPlane:
         with self.lock:
             jobs = list(self.jobs.values())
         self.metrics.observe_jobs(jobs, states, gpus, report.now)
+
+    def running_pods(self) -> dict[str, list[tuple[str, str | None]]]:
+        """Per running job, each pod's node and the ``CUDA_VISIBLE_DEVICES`` its process was started with (as the
+        pod reported it at start; its placed GPU indices when it did not say), for mapping GPU telemetry."""
+        out: dict[str, list[tuple[str, str | None]]] = {}
+        with self.lock:
+            for job in self.jobs.values():
+                if job.state is not JobState.RUNNING or job.placement is None:
+                    continue
+                info = self._started_info.get(job.id, [])
+                ranks: list[tuple[str, str | None]] = []
+                for rank, pod in enumerate(job.placement["pods"]):
+                    reported = info[rank] if rank < len(info) else {}
+                    if "cuda_visible_devices" in reported:
+                        ranks.append((pod["node"], reported["cuda_visible_devices"]))
+                    else:
+                        ranks.append((pod["node"], pod_cuda_visible(pod)))
+                out[job.id] = ranks
+        return out
 
     def booting_nodes(self) -> dict[str, int]:
         """Nodes ordered and not yet joined, per pool (none unless a node autoscaler is attached)."""

@@ -67,6 +67,11 @@ def pod_gpus(pod: dict[str, Any]) -> float:
     return pod["gpu_milli"] / 1000.0 if pod.get("gpu_milli") is not None else float(len(pod["gpus"]))
 
 
+def pod_cuda_visible(pod: dict[str, Any]) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` a placed pod's process is started with: its GPU indices on its node."""
+    return ",".join(str(g) for g in pod["gpus"])
+
+
 def gpus_asked(job: JobRecord) -> float:
     """GPUs a job asks for: whole GPUs per pod, else its share of a GPU, else one GPU per MIG-sliced pod."""
     return job.pods * (job.gpus_per_pod or (job.gpu_milli or 1000) / 1000.0)

@@ -7,15 +7,16 @@ state after every tick. Every instance has its own registry, so several control 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from gpuplane.live.convert import gpus_asked, gpus_held
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.model.guarantee import owed_gpus
 from gpuplane.policy import PolicySpec
+from gpuplane.telemetry import DeviceReading, JobGauge, ServiceGauges
 
 _WAIT_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -144,6 +145,8 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+        self._telemetry = _TelemetryCollector(prefix)
+        r.register(self._telemetry)
         self._last_cost_time: float | None = None
 
     def observe_jobs(
@@ -188,6 +191,21 @@ class Metrics:
             self.running_jobs.labels(team).set(running[team])
             self.team_gpus.labels(team).set(team_gpus[team])
             self.team_owed.labels(team).set(owed_gpus(self._nominal[team], team_gpus[team], pending_sizes[team]))
+
+    def observe_telemetry(
+        self,
+        devices: Sequence[tuple[str, DeviceReading]],
+        jobs: Mapping[str, JobGauge],
+        teams: Mapping[str, str],
+    ) -> None:
+        """Replace the GPU gauges with the last reading: every device (under the node or host it is read on) and
+        every running job's gauges (``teams``: job -> team). Series of devices and jobs no longer read vanish."""
+        self._telemetry.devices = list(devices)
+        self._telemetry.jobs = [(gauge, teams.get(job, "")) for job, gauge in jobs.items()]
+
+    def observe_service_gpus(self, services: Mapping[str, ServiceGauges]) -> None:
+        """Replace every service's GPU signals with those its replica autoscaler read this tick."""
+        self._telemetry.services = dict(services)
 
     def observe_event(self, kind: str, reason: str, team: str | None, details: dict[str, object]) -> None:
         """Count one control-plane event in the matching counter."""
@@ -245,3 +263,85 @@ class _Filtered:
                 kept = Metric(family.name, family.documentation, family.type, family.unit)
                 kept.samples = samples
                 yield kept
+
+
+class _TelemetryCollector:
+    """The GPU gauges of the last telemetry reading, rendered at each scrape; a figure the source cannot tell has
+    no sample (never a made-up 0). Every series names its ``source`` (``nvml`` or ``virtual``)."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self.devices: list[tuple[str, DeviceReading]] = []
+        self.jobs: list[tuple[JobGauge, str]] = []
+        self.services: dict[str, ServiceGauges] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        """Per-device, per-job and per-service gauge families."""
+        p = self._prefix
+        device_families = {
+            "utilization": GaugeMetricFamily(
+                f"{p}_gpu_utilization_ratio", "Share of time a kernel ran on the GPU (0-1)", labels=_DEVICE
+            ),
+            "memory_used_bytes": GaugeMetricFamily(f"{p}_gpu_memory_used_bytes", "GPU memory in use", labels=_DEVICE),
+            "memory_total_bytes": GaugeMetricFamily(f"{p}_gpu_memory_total_bytes", "GPU memory size", labels=_DEVICE),
+            "ecc_errors": GaugeMetricFamily(
+                f"{p}_gpu_ecc_uncorrected_errors", "Uncorrected ECC errors since the driver loaded", labels=_DEVICE
+            ),
+            "xid_errors": GaugeMetricFamily(
+                f"{p}_gpu_xid_errors", "Critical XID events since the plane opened the source", labels=_DEVICE
+            ),
+        }
+        for node, device in self.devices:
+            labels = [node, str(device.index), device.source.value]
+            for attribute, family in device_families.items():
+                value = getattr(device, attribute)
+                if value is not None:
+                    family.add_metric(labels, float(value))
+        job_families = {
+            "utilization": GaugeMetricFamily(
+                f"{p}_job_gpu_utilization_ratio", "Mean utilization of the GPUs the job's pods see", labels=_JOB
+            ),
+            "memory_used_bytes": GaugeMetricFamily(
+                f"{p}_job_gpu_memory_used_bytes", "GPU memory in use on the job's GPUs", labels=_JOB
+            ),
+            "memory_headroom": GaugeMetricFamily(
+                f"{p}_job_gpu_memory_headroom_ratio", "Share of the job's GPU memory still free", labels=_JOB
+            ),
+        }
+        for gauge, team in self.jobs:
+            labels = [gauge.job, team, gauge.source.value, "true" if gauge.shared else "false"]
+            for attribute, family in job_families.items():
+                value = getattr(gauge, attribute)
+                if value is not None:
+                    family.add_metric(labels, float(value))
+        service_families = {
+            "gpu_memory_used": GaugeMetricFamily(
+                f"{p}_inference_gpu_memory_used_ratio",
+                "Mean share of GPU memory in use over the ready replicas that report it (the headroom rule's input)",
+                labels=_SERVICE,
+            ),
+            "min_memory_headroom": GaugeMetricFamily(
+                f"{p}_inference_gpu_memory_headroom_min_ratio",
+                "Free share of GPU memory on the tightest ready replica",
+                labels=_SERVICE,
+            ),
+            "gpu_utilization": GaugeMetricFamily(
+                f"{p}_inference_gpu_utilization_ratio",
+                "Mean GPU utilization over the ready replicas that report it",
+                labels=_SERVICE,
+            ),
+        }
+        for service, signals in self.services.items():
+            labels = [service, ",".join(signals.sources)]
+            for attribute, family in service_families.items():
+                value = getattr(signals, attribute)
+                if value is not None:
+                    family.add_metric(labels, float(value))
+        yield from device_families.values()
+        yield from job_families.values()
+        yield from service_families.values()
+
+
+_DEVICE = ["node", "gpu", "source"]
+_JOB = ["job", "team", "source", "shared"]
+_SERVICE = ["service", "source"]

@@ -32,8 +32,9 @@ class Engine(Protocol):
     def stop(self, job_id: str) -> None:
         """Kill the workload and release its resources."""
 
-    def recover(self, job: JobRecord) -> bool:
-        """Re-attach to a workload started before a restart; False when it no longer runs."""
+    def recover(self, job: JobRecord) -> RunStatus:
+        """Re-attach to a workload started before a restart (RUNNING); else EXITED when it is known to have ended
+        by itself while no plane watched (exit code, end time), LOST when it did not finish."""
 
     def read_log(self, job: JobRecord, rank: int = 0, offset: int = 0) -> bytes:
         """A rank's log."""

@@ -17,8 +17,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from gpuplane.live.actors import JobRank, ServiceReplica, pid_path
-from gpuplane.live.process_tree import kill_group
+from gpuplane.live.actors import JobRank, ServiceReplica, exit_path, pid_path
+from gpuplane.live.convert import pod_cuda_visible
+from gpuplane.live.process_tree import kill_group, recorded_exit
 from gpuplane.live.ray_cluster import NODE_LABEL, SLOT_RESOURCE, discover_nodes, gpu_resource
 from gpuplane.live.records import JobRecord
 from gpuplane.live.sandbox import private_dir
@@ -41,12 +42,16 @@ class RunPhase(StrEnum):
 
 @dataclass(slots=True)
 class RunStatus:
-    """A workload's phase; exit code when every pod has exited; why it was lost; what Ray reported at start."""
+    """A workload's phase; exit code when every pod has exited; why it was lost; what Ray reported at start.
+
+    ``ended_at``: when the run ended, set only when it ended while no plane watched it (read from the exit files
+    its ranks' reapers wrote); otherwise the plane's own observation time stands."""
 
     phase: RunPhase
     exit_code: int | None = None
     message: str = ""
     info: list[dict[str, Any]] = field(default_factory=list)
+    ended_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -60,6 +65,7 @@ class _Run:
     info: list[dict[str, Any]] | None = None
     exit_codes: list[int | None] = field(default_factory=list)
     lost: str = ""
+    settled: RunStatus | None = None
 
 
 def _names(job_id: str, attempt: int) -> tuple[str, str]:
@@ -159,7 +165,7 @@ class RayEngine:
         ckpt = private_dir(self.checkpoint_dir(job.id))
         return {
             **job.env,
-            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in pod["gpus"]),
+            "CUDA_VISIBLE_DEVICES": pod_cuda_visible(pod),
             "GPUPLANE_JOB_ID": job.id,
             "GPUPLANE_TEAM": job.team,
             "GPUPLANE_ATTEMPT": str(job.attempts),
@@ -176,9 +182,11 @@ class RayEngine:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def recover(self, job: JobRecord) -> bool:
-        """Re-attach to ``job``'s actors after a control-plane restart; False when they are gone, once what is left
-        of the attempt's process groups on this machine is killed (so a requeued job never runs twice).
+    def recover(self, job: JobRecord) -> RunStatus:
+        """Re-attach to ``job``'s actors after a control-plane restart (RUNNING), or, when they are gone, kill what
+        is left of the attempt's process groups on this machine and say how the attempt ended: EXITED with its
+        exit code when its ranks' reapers recorded that it finished while no plane watched, else LOST. A requeued
+        job never runs twice, and a finished one is never started again.
 
         The start call is sent again (it is idempotent): the dead plane's own call may never have reached an actor
         it had just created, which would otherwise count as running forever with nothing started."""
@@ -192,13 +200,27 @@ class RayEngine:
             pg = get_placement_group(pg_name)
         except ValueError:
             self._cleanup_named(job)
-            for rank in range(len(pods)):
-                if kill_group(pid_path(self.log_path(job.id, job.attempts, rank))):
-                    logger.warning("killed what was left of %s attempt %d rank %d", job.id, job.attempts, rank)
-            return False
+            ended = None if job.service is not None else self.settle(job.id, job.attempts, len(pods))
+            return ended or RunStatus(RunPhase.LOST, message="its pods are gone after the restart")
         refs = [actor.start.remote() for actor in actors]
         self._runs[job.id] = _Run(job.id, job.attempts, job.service is not None, pg, actors, refs)
-        return True
+        return RunStatus(RunPhase.RUNNING)
+
+    def settle(self, job_id: str, attempt: int, ranks: int) -> RunStatus | None:
+        """For an attempt no actor reports on any more: kill what is left of its ranks' process groups, then read
+        their recorded exits. EXITED when the attempt ended by itself as the plane would have seen it (a rank
+        failed, or every rank exited 0), with the real exit code and end time; None when it did not finish."""
+        for rank in range(ranks):
+            if kill_group(pid_path(self.log_path(job_id, attempt, rank))):
+                logger.warning("killed what was left of %s attempt %d rank %d", job_id, attempt, rank)
+        exits = [recorded_exit(exit_path(self.log_path(job_id, attempt, rank))) for rank in range(ranks)]
+        failed = [e for e in exits if e is not None and e.code != 0]
+        if failed:
+            return RunStatus(RunPhase.EXITED, exit_code=failed[0].code, ended_at=failed[0].ended_at)
+        done = [e for e in exits if e is not None]
+        if ranks and len(done) == ranks:
+            return RunStatus(RunPhase.EXITED, exit_code=0, ended_at=max(e.ended_at for e in done))
+        return None
 
     def _cleanup_named(self, job: JobRecord) -> None:
         import ray
@@ -220,7 +242,7 @@ class RayEngine:
         polls: list[tuple[_Run, int, Any]] = []
         for run in self._runs.values():
             if run.lost:
-                out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
+                out[run.job_id] = self._lost_status(run)
                 continue
             if run.info is None:
                 ready, _ = ray.wait(run.start_refs, num_returns=len(run.start_refs), timeout=0)
@@ -255,7 +277,7 @@ class RayEngine:
                 if run.job_id in out:
                     continue
                 if run.lost:
-                    out[run.job_id] = RunStatus(RunPhase.LOST, message=run.lost)
+                    out[run.job_id] = self._lost_status(run)
                     continue
                 exit_codes = codes.get(run.job_id, [])
                 failed = [c for c in exit_codes if c not in (None, 0)]
@@ -266,6 +288,15 @@ class RayEngine:
                 else:
                     out[run.job_id] = RunStatus(RunPhase.RUNNING, info=run.info or [])
         return out
+
+    def _lost_status(self, run: _Run) -> RunStatus:
+        """A run whose actors stopped answering: EXITED when its entrypoints had ended by themselves just before
+        (their recorded exits), else LOST; decided once per run."""
+        if run.settled is None:
+            started = run.info is not None and not run.service
+            ended = self.settle(run.job_id, run.attempt, len(run.actors)) if started else None
+            run.settled = ended or RunStatus(RunPhase.LOST, message=run.lost)
+        return run.settled
 
     def signal_stop(self, job_id: str) -> None:
         """Tell every pod of ``job_id`` to checkpoint and exit (SIGTERM)."""

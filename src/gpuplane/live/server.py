@@ -15,13 +15,14 @@ from gpuplane.live.api import create_app
 from gpuplane.live.auth import TokenTable, resolve_tokens, token_variables
 from gpuplane.live.control import ControlPlane
 from gpuplane.live.event_log import EventLog
+from gpuplane.live.gpu_telemetry import HostTelemetry, LiveTelemetry
 from gpuplane.live.lease import LeaseHeld, PlaneLease
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import PlaneModeError, check_mode
 from gpuplane.live.node_scaling import LiveNodeScaler
 from gpuplane.live.ports import NodeProvider
 from gpuplane.live.providers import ClusterNodes, LocalNodeProvider
-from gpuplane.live.ray_cluster import LocalRayCluster
+from gpuplane.live.ray_cluster import LocalRayCluster, RayNode
 from gpuplane.live.ray_engine import NAMESPACE, RayEngine
 from gpuplane.live.sandbox import private_dir
 from gpuplane.live.services import ServiceManager
@@ -29,6 +30,7 @@ from gpuplane.live.shadow import RayJobsObserver, ShadowPlane
 from gpuplane.live.store import Store
 from gpuplane.policy import PolicySpec
 from gpuplane.policy.nodes import pool_nodes
+from gpuplane.telemetry import TelemetryUnavailable
 
 log = logging.getLogger("gpuplane.live")
 
@@ -49,6 +51,11 @@ class ServeOptions:
     """Decide and record, never act (``live/shadow.py``)."""
     observe_ray_jobs: str | None = None
     """Shadow only: the Ray dashboard address whose jobs the shadow mirrors and compares with."""
+    telemetry: str = "auto"
+    """GPU telemetry source (``live/gpu_telemetry.py``): auto (NVML where it loads, else virtual), nvml (fail
+    without it), virtual, or off."""
+    telemetry_interval_s: float = 2.0
+    """Seconds between two telemetry readings."""
 
 
 def new_job_id() -> str:
@@ -92,6 +99,15 @@ class LivePlane:
             self.lease.release()
             self.store.close()
             raise
+        self._local_ips: set[str] | None = None
+        self.gpu_source: HostTelemetry | None = None
+        if not options.shadow and options.telemetry != "off":
+            try:
+                self.gpu_source = HostTelemetry(policy, options.telemetry, self._on_this_host)
+            except TelemetryUnavailable:
+                self.lease.release()
+                self.store.close()
+                raise
         self.cluster: LocalRayCluster | None = None
         provider: NodeProvider
         if options.ray_address:
@@ -127,7 +143,12 @@ class LivePlane:
             self.control = ControlPlane(
                 policy, self.store, self.engine, provider, time.time, new_job_id, time.perf_counter, self.metrics
             )
-        self.services = ServiceManager(self.control, self.metrics)
+        self.telemetry = (
+            LiveTelemetry(self.control, self.gpu_source, options.telemetry_interval_s, time.monotonic)
+            if self.gpu_source is not None
+            else None
+        )
+        self.services = ServiceManager(self.control, self.metrics, self.telemetry)
         self.event_log = EventLog(
             self.store, options.data_dir / "events.jsonl", options.event_retention_days * 86400.0, time.time
         )
@@ -144,6 +165,17 @@ class LivePlane:
         self._loop: threading.Thread | None = None
         self.app = create_app(self.control, self.tokens, self.metrics, self.services, options.data_dir)
 
+    def _on_this_host(self, node: RayNode) -> bool:
+        """Whether ``node`` runs on this host, whose GPUs NVML reads: every node of the embedded cluster; of an
+        attached one, the nodes on a loopback address or on the address Ray knows this host by."""
+        if self.options.ray_address is None:
+            return True
+        if self._local_ips is None:
+            import ray
+
+            self._local_ips = {ray.util.get_node_ip_address()}  # type: ignore[no-untyped-call]
+        return node.ip.startswith("127.") or node.ip in self._local_ips
+
     def start(self) -> None:
         """Start the control loop thread."""
         self._loop = threading.Thread(target=self._run, name="gpuplane-control", daemon=True)
@@ -157,6 +189,8 @@ class LivePlane:
                     log.error("another control plane has taken the database: this one stops acting on the cluster")
                     return
                 self.control.tick()
+                if self.telemetry is not None:
+                    self.telemetry.tick()
                 self.services.tick()
                 if self.node_scaler is not None and time.monotonic() - last_nodes >= self.options.node_tick_s:
                     last_nodes = time.monotonic()
@@ -192,6 +226,8 @@ class LivePlane:
                     log.exception("stopping %s at shutdown failed", job_id)
         if self.node_scaler is not None:
             self.node_scaler.close()
+        if self.telemetry is not None:
+            self.telemetry.close()
         ray.shutdown()
         if self.cluster is not None and shutdown_cluster:
             self.cluster.shutdown()

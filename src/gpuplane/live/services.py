@@ -22,12 +22,14 @@ from pydantic import ValidationError
 from gpuplane.autoscale.canary import CanaryJudge, CanaryPhase, RevisionWindow, split_replicas
 from gpuplane.autoscale.replicas import ReplicaAutoscaler, ServiceSignals
 from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.live.gpu_telemetry import LiveTelemetry
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ray_engine import OPTIONS_ENV
 from gpuplane.live.records import EventRecord, JobRecord, JobState, ServiceRecord, ServiceState
 from gpuplane.policy.errors import format_path
 from gpuplane.policy.schema_serving import ServiceSpec
 from gpuplane.policy.validate import check_policy
+from gpuplane.telemetry import ServiceGauges
 
 DEFAULT_HANDLER = "gpuplane.live.actors:echo"
 REVISION_ENV = "GPUPLANE_REVISION"
@@ -143,9 +145,11 @@ class Gateway:
 class ServiceManager:
     """Deployed services, their autoscalers and replicas; ``tick`` runs after each control-plane tick."""
 
-    def __init__(self, control: ControlPlane, metrics: Metrics) -> None:
+    def __init__(self, control: ControlPlane, metrics: Metrics, telemetry: LiveTelemetry | None = None) -> None:
+        """``telemetry``: where the replicas' GPU gauges come from (None: no GPU signal, those rules stay off)."""
         self.control = control
         self.metrics = metrics
+        self.telemetry = telemetry
         self.gateway = Gateway(control, metrics)
         self.services: dict[str, ServiceRecord] = {}
         self._specs: dict[str, ServiceSpec] = {}
@@ -249,6 +253,7 @@ class ServiceManager:
     def tick(self) -> None:
         """Measure, decide each service's replica count, and add or cancel replica jobs to match."""
         now = self.control.clock()
+        gpu_signals: dict[str, ServiceGauges] = {}
         for name, service in list(self.services.items()):
             spec = self._specs[name]
             replicas = self.replicas(name)
@@ -280,6 +285,9 @@ class ServiceManager:
                     del self.services[name]
                 continue
             rps, latency, in_flight = self.gateway.measure(name, spec.slo.quantile * 100)
+            gpus = self.telemetry.service(urls) if self.telemetry is not None else None
+            if gpus is not None:
+                gpu_signals[name] = gpus
             signals = ServiceSignals(
                 now=now,
                 rps=rps,
@@ -287,6 +295,8 @@ class ServiceManager:
                 starting=starting,
                 latency_s=latency,
                 queue_depth=float(max(0, in_flight - ready)),
+                gpu_utilization=None if gpus is None else gpus.gpu_utilization,
+                gpu_memory_used=None if gpus is None else gpus.gpu_memory_used,
             )
             decision = self._scalers[name].decide(signals)
             desired = decision.desired if service.manual_replicas is None else service.manual_replicas
@@ -304,7 +314,13 @@ class ServiceManager:
                         name,
                         service.team,
                         decision.code.value,
-                        {"from": len(live), "to": desired, "rps": round(rps, 3), "latency_s": latency},
+                        {
+                            "from": len(live),
+                            "to": desired,
+                            "rps": round(rps, 3),
+                            "latency_s": latency,
+                            "gpu_memory_used": signals.gpu_memory_used,
+                        },
                     ),
                 )
             self._judge_canary(service, spec, now)
@@ -324,6 +340,7 @@ class ServiceManager:
             for job in live:
                 if _revision(job) not in targets:
                     self.control.cancel(job.id)
+        self.metrics.observe_service_gpus(gpu_signals)
 
     def start_canary(self, name: str, handler: str, options: dict[str, Any]) -> dict[str, Any]:
         """Start a canary revision of ``name`` running ``handler`` (409 while another canary runs)."""

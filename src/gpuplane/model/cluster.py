@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from gpuplane.model.load import LoadSignals
 from gpuplane.model.workload import RunningWorkload, Workload
 
 
@@ -28,3 +29,5 @@ class ClusterSnapshot:
     nodes: Sequence[Node]
     running: Sequence[RunningWorkload]
     pending: Sequence[Workload]
+    load: LoadSignals = field(default_factory=LoadSignals)
+    """What the runtime measured of the load (the starvation guard may follow it)."""

@@ -169,6 +169,7 @@ class PreemptionSpec(_Spec):
     grace_period_s: float = Field(30.0, ge=0)
     min_runtime_s: float | None = Field(None, gt=0)
     reclaim_min_runtime_s: float | None = Field(None, ge=0)
+    victims_least_waited_first: bool = False
 
 
 class ServiceLevelsSpec(_Spec):
@@ -176,12 +177,15 @@ class ServiceLevelsSpec(_Spec):
     preempt_within_queue: bool = True
     preempt_borrowed: bool = False
     order: Literal["across_queues", "within_queue"] = "across_queues"
+    spare_longer_waiting: bool = False
+    preempt_nominal_from_level: int | None = Field(None, ge=1)
 
 
 class SchedulingSpec(_Spec):
     fair_sharing: bool = True
     service_levels: ServiceLevelsSpec | None = None
     starvation_guard_hours: float | None = Field(None, gt=0)
+    starvation_guard_load_factor: float | None = Field(None, gt=0)
     starvation_guard_protects_runs: bool | Literal["within_nominal"] = True
     starvation_guard_preempts_borrowed: bool = False
     backfill: BackfillSpec = Field(default_factory=BackfillSpec)

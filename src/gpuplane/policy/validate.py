@@ -226,11 +226,12 @@ def _flavor_models(policy: PolicySpec) -> Iterator[PolicyIssue]:
 
 def _starvation_guard(policy: PolicySpec) -> Iterator[PolicyIssue]:
     scheduling = policy.scheduling
-    if scheduling.starvation_guard_preempts_borrowed and scheduling.starvation_guard_hours is None:
+    guarded = scheduling.starvation_guard_hours is not None or scheduling.starvation_guard_load_factor is not None
+    if scheduling.starvation_guard_preempts_borrowed and not guarded:
         yield PolicyIssue(
             ("scheduling", "starvation_guard_preempts_borrowed"),
             "nothing is ever promoted without a starvation guard, so this switch would do nothing",
-            "set scheduling.starvation_guard_hours (e.g. 48) or remove the switch",
+            "set scheduling.starvation_guard_load_factor (e.g. 3) or starvation_guard_hours, or remove the switch",
         )
 
 

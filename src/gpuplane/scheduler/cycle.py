@@ -24,13 +24,15 @@ from typing import Any
 
 from gpuplane.model.cluster import ClusterSnapshot
 from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
+from gpuplane.model.gpu import MILLI_PER_GPU
+from gpuplane.model.load import LoadSignals
 from gpuplane.model.workload import Workload
 from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.preemption import plan_preemption
 from gpuplane.scheduler.reasons import make_reason
-from gpuplane.scheduler.resolve import InvalidWorkload, Resolved
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay
 from gpuplane.scheduler.state import CycleState, Reservation, RunEntry
 
 _FAILURE_RANK = {
@@ -128,19 +130,21 @@ def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
     Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
     snapshot contradicts itself (a GPU held twice, an unknown node).
     """
-    state = CycleState(index, snapshot.nodes, snapshot.now, remember_resolved=False)
+    state = CycleState(index, snapshot.nodes, snapshot.now, remember_resolved=False, load=snapshot.load)
     state.load(snapshot.running)
-    return run_cycle(state, snapshot.now, snapshot.pending)
+    return run_cycle(state, snapshot.now, snapshot.pending, snapshot.load)
 
 
-def run_cycle(state: CycleState, now: float, pending: Sequence[Workload]) -> CycleResult:
+def run_cycle(
+    state: CycleState, now: float, pending: Sequence[Workload], load: LoadSignals | None = None
+) -> CycleResult:
     """The same cycle on a state a runtime keeps: decide at ``now`` and leave ``state`` with the decisions applied.
 
     ``schedule`` is this on a state built from a snapshot; a runtime that applies every decision at once
     (the simulator) calls it on one long-lived state, so the decisions are identical to ``schedule`` on
     the equivalent snapshot (tested) while a cycle costs only what is pending, not the whole cluster.
     """
-    state.begin_cycle(now)
+    state.begin_cycle(now, load)
     return _Cycle(state, pending).run()
 
 
@@ -157,7 +161,10 @@ class _Cycle:
         self.preemption = index.policy.scheduling.preemption.enabled
         self.blocked_pools: dict[str, str] = {}
         self.blocked_queues: dict[str, str] = {}
-        self.preempt_memo: dict[tuple[object, ...], int] = {}
+        self.preempt_memo: dict[tuple[object, ...], list[tuple[int, float]]] = {}
+        """Failed preemption searches per preemption key: (GPUs required, queueing delay of the preemptor). A
+        later search with as many GPUs and no longer a wait fails too (victims that waited longer than the
+        preemptor are spared with ``spare_longer_waiting``; without it every wait counts as 0)."""
         self.shares: dict[str, tuple[int, float]] = {}
         self.all_pools = len(index.pools)
         self.levels = bool(index.level_thresholds_gpu_s)
@@ -169,6 +176,7 @@ class _Cycle:
         queues: dict[str, list[Resolved | None]] = {}
         self.st.forget_resolved(len(self.pending))
         resolve, now = self.st.resolve, self.st.now  # hot loop: once per pending workload per cycle
+        promote_at = self.st.promote_at
         keep = self.index.policy.scheduling.backfill.keep_reservations
         for w in self.pending:
             try:
@@ -176,7 +184,7 @@ class _Cycle:
             except InvalidWorkload as exc:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
                 continue
-            if not r.promoted and (r.promote_at <= now or (keep and r.workload.reserved_before)):
+            if not r.promoted and (promote_at(r) <= now or (keep and r.workload.reserved_before)):
                 r.promote(self.index.promoted_preempt_borrowed)
             items = queues.get(r.queue.name)
             if items is None:
@@ -311,7 +319,8 @@ class _Cycle:
                 checkpoint_interval=r.workload.checkpoint_interval_s,
                 admitted_now=True,
                 attained_gpu_s=r.workload.attained_gpu_s,
-                aged=r.promote_at <= st.now,
+                waited_s=queueing_delay(r.workload, st.now, fit.milli / MILLI_PER_GPU),
+                aged=st.promote_at(r) <= st.now,
                 spread_group=r.workload.spread_group,
             )
         )
@@ -348,12 +357,13 @@ class _Cycle:
 
     def _try_preemption(self, r: Resolved) -> bool:
         key = r.preemption_key
-        known = self.preempt_memo.get(key)
-        if known is not None and r.required >= known:
+        waited = r.waited_s(self.st.now) if self.index.spare_longer_waiting else 0.0
+        failed = self.preempt_memo.get(key)
+        if failed is not None and any(r.required >= need and waited <= w for need, w in failed):
             return False
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
-            self.preempt_memo[key] = min(r.required, self.preempt_memo.get(key, r.required))
+            self.preempt_memo.setdefault(key, []).append((r.required, waited))
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
         for victim in plan.victims:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuplane.model.gpu import MILLI_PER_GPU, MigGeometry, parse_mig_profile
+from gpuplane.model.load import LoadSignals
 from gpuplane.model.workload import TopologyMode, WorkloadClass
 from gpuplane.policy.schema import PolicySpec, PoolSpec
 
@@ -178,13 +179,19 @@ class PolicyIndex:
         )
         self.level_preemption = levels is not None and levels.preempt_within_queue
         self.level_preemption_of_borrowed = levels is not None and levels.preempt_borrowed
+        self.spare_longer_waiting = levels is not None and levels.spare_longer_waiting
+        self.nominal_level: int | None = None if levels is None else levels.preempt_nominal_from_level
+        """Less-served work may take other queues' runs at this level or above even within their nominal quota."""
         self.levels_across_queues = levels is None or levels.order == "across_queues"
         guard = policy.scheduling.starvation_guard_hours
         self.starvation_guard_s: float | None = None if guard is None else guard * 3600.0
+        """The starvation guard in seconds when it is fixed; with a load factor, its ceiling."""
+        self.guard_load_factor = policy.scheduling.starvation_guard_load_factor
+        self.guarded = guard is not None or self.guard_load_factor is not None
         protects = policy.scheduling.starvation_guard_protects_runs
         self.protect_promoted = protects is not False
         self.protect_promoted_within_nominal = protects == "within_nominal"
-        self.promoted_preempt_borrowed = guard is not None and policy.scheduling.starvation_guard_preempts_borrowed
+        self.promoted_preempt_borrowed = self.guarded and policy.scheduling.starvation_guard_preempts_borrowed
         rules = policy.scheduling.preemption
         self.spare_nominal_core = rules.spare_oldest_within_nominal
         self.min_runtime_s = rules.min_runtime_s
@@ -192,3 +199,13 @@ class PolicyIndex:
         self.reclaim_min_runtime_s: float | None = reclaim or None
         """How long a run is spared reclaim (``reclaim_min_runtime_s``, by default ``min_runtime_s``; None: not)."""
         self.profile_cache: dict[tuple[object, ...], Any] = {}
+
+    def guard_s(self, load: LoadSignals) -> float | None:
+        """The starvation guard for a cycle: ``starvation_guard_load_factor`` times the mean queueing delay the
+        runtime measured of the pending work (the guard follows the load: long when everyone waits long, short
+        when waits are short), at most ``starvation_guard_hours``; the fixed hours alone without a factor or
+        before anything was measured; None when the policy has no guard."""
+        if self.guard_load_factor is not None and load.pending_wait_s is not None:
+            following = self.guard_load_factor * load.pending_wait_s
+            return following if self.starvation_guard_s is None else min(following, self.starvation_guard_s)
+        return self.starvation_guard_s

@@ -56,6 +56,11 @@ class _Source:
 
     queue: QueueInfo
     accept: Callable[[Standing], bool]
+    wait_limit: float | None = None
+    """With ``service_levels.spare_longer_waiting``: victims of the preemptor's tier or above must have waited
+    no longer than this (the preemptor's own queueing delay); None for reclaim, a right of quota."""
+    within_nominal: bool = False
+    """Victims may be taken although their queue does not borrow (``preempt_nominal_from_level``)."""
 
 
 def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[str, _Source], bool]:
@@ -75,7 +80,8 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
             return s.tier.name in r.tier.may_preempt
         return (by_level and more_served(s)) or waited_less(s)
 
-    sources = {r.queue.name: _Source(r.queue, same_queue)}
+    limit = r.waited_s(st.now) if st.index.spare_longer_waiting else None
+    sources = {r.queue.name: _Source(r.queue, same_queue, limit)}
     if r.queue.cohort is None:
         return sources, False
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
@@ -98,10 +104,20 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
         accept = more_served
     else:
         return sources, False
+    cross_limit = None if accept is reclaimable else limit
+    nominal_level = st.index.nominal_level if accept is not reclaimable else None
+
+    def long_run(s: Standing) -> bool:
+        return more_served(s) and s.level >= (nominal_level or 0) and not s.aged
+
     for name in st.index.cohort_members[r.queue.cohort]:
         queue = st.index.queues[name]
-        if name != r.queue.name and st.ledger.borrowing(queue, flavor):
-            sources[name] = _Source(queue, accept)
+        if name == r.queue.name:
+            continue
+        if st.ledger.borrowing(queue, flavor):
+            sources[name] = _Source(queue, accept, cross_limit)
+        elif nominal_level is not None:
+            sources[name] = _Source(queue, long_run, cross_limit, within_nominal=True)
     return sources, accept is reclaimable
 
 
@@ -116,18 +132,24 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
 
 def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> Iterator[RunEntry]:
     """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues;
-    another queue's runs within its nominal core are skipped when the policy spares them."""
+    another queue's runs within its nominal core are skipped when the policy spares them, and so are runs of
+    the preemptor's tier that have waited longer than it has (``spare_longer_waiting``, except for reclaim)."""
     ranked = [lst for name, s in sources.items() for lst in st.victims.accepted(name, option.flavor, s.accept)]
     core = st.victims.core
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
-        if not e.evicted and not (core and e.queue is not r.queue and e.id in core):
-            yield e
+        if e.evicted or (core and e.queue is not r.queue and e.id in core):
+            continue
+        limit = sources[e.queue.name].wait_limit if e.queue is not None else None
+        if limit is not None and e.tier is not None and e.tier.value >= r.priority and e.waited_s > limit:
+            continue
+        yield e
 
 
 def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ranked: list[RunEntry]) -> list[RunEntry]:
     """Victims reordered for multi-GPU pods: first those of the nodes that are cheapest to clear for one pod,
-    then the rest in victim order. A node's cost is the worst victim it needs (tier, then level, as in victim
-    order), then the work lost (with a fixed cost per victim).
+    then the rest in victim order. A node's cost is the worst victim it needs (tier, then level, then with
+    ``victims_least_waited_first`` its queueing delay, as in victim order), then the work lost (with a fixed
+    cost per victim).
 
     In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
     node is whole, and the victims it spares afterwards are not the cheapest whole nodes.
@@ -140,18 +162,19 @@ def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ran
         for node in {slot[0] for slot in e.slots}:
             if cap.node_pool[node] in pools:
                 on_node.setdefault(node, []).append(e)
-    costed: list[tuple[tuple[int, int], float, int, list[RunEntry]]] = []
+    by_wait = st.index.policy.scheduling.preemption.victims_least_waited_first
+    costed: list[tuple[tuple[int, int, float], float, int, list[RunEntry]]] = []
     for node, entries in on_node.items():
         free = len(cap.free[node])
         if free >= need:
             continue
-        worst = (-(2**31), 0)
+        worst: tuple[int, int, float] = (-(2**31), 0, 0.0)
         cost = 0.0
         taken: list[RunEntry] = []
         for e in entries:
             free += sum(len(gpus) for n, gpus, _ in e.slots if n == node)
-            tier, neg_level, lost, *_ = victim_rank(e, now, victims.level(e))
-            worst = max(worst, (tier, neg_level))
+            tier, neg_level, waited, lost, *_ = victim_rank(e, now, victims.level(e), by_wait)
+            worst = max(worst, (tier, neg_level, waited))
             cost += e.gpus * (lost + _VICTIM_COST_S)
             taken.append(e)
             if free >= need:
@@ -169,9 +192,15 @@ _VICTIM_COST_S = 900.0
 """What stopping a victim costs beyond its lost work, in seconds per GPU (restart, requeue)."""
 
 
-def _may_take(st: CycleState, r: Resolved, e: RunEntry) -> bool:
-    """A cross-queue victim is taken only while its queue still borrows the flavor."""
-    return e.queue is r.queue or (e.queue is not None and st.ledger.borrowing(e.queue, e.flavor))
+def _may_take(st: CycleState, r: Resolved, e: RunEntry, sources: dict[str, _Source]) -> bool:
+    """A cross-queue victim is taken only while its queue still borrows the flavor, or, with
+    ``preempt_nominal_from_level``, when it is a long run that less-served work may take within nominal."""
+    if e.queue is r.queue or e.queue is None:
+        return e.queue is r.queue
+    if st.ledger.borrowing(e.queue, e.flavor):
+        return True
+    source = sources.get(e.queue.name)
+    return source is not None and source.within_nominal and st.victims.level(e) >= (st.index.nominal_level or 0)
 
 
 def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
@@ -205,7 +234,7 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
         if r.gpus_per_pod > 1:
             candidates = _cheapest_nodes_first(st, r, option, list(candidates))
         for e in candidates:
-            if not _may_take(st, r, e):
+            if not _may_take(st, r, e, sources):
                 continue
             st.release(e)
             removed.append(e)

@@ -67,7 +67,9 @@ class Resolved:
     level: int = 0
     """Attained-service level (0 when the policy declares none): lower levels go first within a tier."""
     promote_at: float = math.inf
-    """When the starvation guard promotes it: submission + time already run + the guard."""
+    """When the starvation guard promotes it: ``promote_base`` + the guard of the cycle (``CycleState.guard_s``)."""
+    promote_base: float = math.inf
+    """Submission + time already run: the moment from which its waiting counts toward the guard."""
     promoted: bool = False
     starving: bool = False
     """Promoted, and the policy gives promoted work preemption rights (``starvation_guard_preempts_borrowed``)."""
@@ -88,6 +90,11 @@ class Resolved:
     def id(self) -> str:
         """The workload id."""
         return self.workload.id
+
+    def waited_s(self, now: float) -> float:
+        """Its queueing delay so far (see ``queueing_delay``), its GPUs counted by the first option's charge."""
+        milli = self.options[0].milli * self.required if self.options else MILLI_PER_GPU
+        return queueing_delay(self.workload, now, milli / MILLI_PER_GPU)
 
     @property
     def priority(self) -> int:
@@ -160,10 +167,18 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
     resolved.order = (-resolved.priority, True, resolved.level, w.submit_time, w.id)
-    if index.starvation_guard_s is not None:
+    if index.guarded:
         gpus = max(1.0, profile.required * profile.gpus_per_pod)
-        resolved.promote_at = w.submit_time + w.attained_gpu_s / gpus + index.starvation_guard_s
+        resolved.promote_base = w.submit_time + w.attained_gpu_s / gpus
+        if index.starvation_guard_s is not None:
+            resolved.promote_at = resolved.promote_base + index.starvation_guard_s
     return resolved
+
+
+def queueing_delay(w: Workload, at: float, gpus: float) -> float:
+    """How long ``w`` has waited by ``at``: the time since its submission less the time it ran before (its
+    attained GPU-seconds over the ``gpus`` it holds). Waiting after a preemption counts, as in the JCT."""
+    return max(0.0, at - w.submit_time - w.attained_gpu_s / max(gpus, 1e-3))
 
 
 def _profile(w: Workload, index: PolicyIndex) -> _Profile:

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
+from gpuplane.model.load import LoadSignals
 from gpuplane.model.placement import Placement, PodPlacement
 from gpuplane.model.workload import RunningWorkload, Workload
 from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
 from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_level
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
-from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
 
 
 @dataclass(slots=True, eq=False)
@@ -37,6 +39,8 @@ class RunEntry:
     evicted: bool = False
     attained_gpu_s: float = 0.0
     """GPU-seconds received before this run started."""
+    waited_s: float = 0.0
+    """Queueing delay accumulated before this run started: from submission to start, less earlier runs."""
     aged: bool = False
     """Started after the starvation guard promoted it: never taken by other promoted work, and protected
     when the policy's ``starvation_guard_protects_runs`` says so."""
@@ -89,10 +93,18 @@ class CycleState:
     """
 
     def __init__(
-        self, index: PolicyIndex, nodes: Sequence[Node], now: float, *, remember_resolved: bool = True
+        self,
+        index: PolicyIndex,
+        nodes: Sequence[Node],
+        now: float,
+        *,
+        remember_resolved: bool = True,
+        load: LoadSignals | None = None,
     ) -> None:
         self.index = index
         self.now = now
+        self.guard_s = index.guard_s(load or LoadSignals())
+        """The starvation guard of the current cycle (``PolicyIndex.guard_s``; None: no guard)."""
         self.cap = CapacityIndex(index, nodes)
         self.ledger = QuotaLedger(index)
         self.running: dict[str, RunEntry] = {}
@@ -120,6 +132,12 @@ class CycleState:
         r = resolve(w, self.index)
         self._resolved[w.id] = (w, r)
         return r
+
+    def promote_at(self, r: Resolved) -> float:
+        """When the starvation guard of this cycle promotes ``r`` (infinity without a guard)."""
+        if self.guard_s is None:
+            return math.inf
+        return r.promote_base + self.guard_s
 
     def forget_resolved(self, keep: int) -> None:
         """Drop remembered resolutions when there are far more than the ``keep`` workloads now pending."""
@@ -151,9 +169,12 @@ class CycleState:
             self._add_running(run.workload.id, run)
         self._victims = None
 
-    def begin_cycle(self, now: float) -> None:
-        """Start a cycle at ``now``: reservations are per cycle, last cycle's admissions become ordinary work."""
+    def begin_cycle(self, now: float, load: LoadSignals | None = None) -> None:
+        """Start a cycle at ``now``: reservations are per cycle, last cycle's admissions become ordinary work,
+        and the starvation guard follows the runtime's latest load figures."""
         self.now = now
+        if load is not None:
+            self.guard_s = self.index.guard_s(load)
         self.reservations = {}
         for entry in self._admitted:
             entry.admitted_now = False
@@ -197,6 +218,7 @@ class CycleState:
                 self.index.min_runtime_s,
                 1 if self.index.promoted_preempt_borrowed else None,
                 self.index.reclaim_min_runtime_s,
+                self.index.policy.scheduling.preemption.victims_least_waited_first,
             )
         return self._victims
 
@@ -236,7 +258,7 @@ class CycleState:
             resolved = resolve(run.workload, self.index)
             queue, tier, preemptible = resolved.queue, resolved.tier, resolved.preemptible
             duration = resolved.duration_s
-            aged = run.start_time >= resolved.promote_at
+            aged = run.start_time >= self.promote_at(resolved)
         except InvalidWorkload:
             queue, tier, preemptible, aged = None, None, False, False
             duration = self.index.policy.workload_classes.get(run.workload.klass.value).default_duration_s
@@ -256,6 +278,7 @@ class CycleState:
             last_checkpoint=run.last_checkpoint_time,
             checkpoint_interval=run.workload.checkpoint_interval_s,
             attained_gpu_s=run.workload.attained_gpu_s,
+            waited_s=queueing_delay(run.workload, run.start_time, milli / MILLI_PER_GPU),
             aged=aged,
             spread_group=run.workload.spread_group,
         )
@@ -334,13 +357,16 @@ class CycleState:
         )
 
 
-VictimRank = tuple[int, int, float, float, str]
+VictimRank = tuple[int, int, float, float, float, str]
 
 
-def victim_rank(entry: RunEntry, now: float, level: int = 0) -> VictimRank:
-    """Victim order: lowest tier first, then most service received, then least work lost, then latest start."""
+def victim_rank(entry: RunEntry, now: float, level: int = 0, by_wait: bool = False) -> VictimRank:
+    """Victim order: lowest tier first, then most service received, then (``by_wait``: the policy's
+    ``preemption.victims_least_waited_first``) least queueing delay before the run, then least work lost, then
+    latest start. Ordering equally served victims by their waits spreads the stops over them instead of
+    stopping the same long run each time, so no one run's waiting piles up."""
     tier = entry.tier.value if entry.tier is not None else 0
-    return (tier, -level, entry.lost_work_s(now), -entry.start, entry.id)
+    return (tier, -level, entry.waited_s if by_wait else 0.0, entry.lost_work_s(now), -entry.start, entry.id)
 
 
 class Standing(NamedTuple):
@@ -400,6 +426,7 @@ class VictimIndex:
         min_runtime_s: float | None = None,
         aged_level: int | None = None,
         reclaim_min_runtime_s: float | None = None,
+        by_wait: bool = False,
     ) -> None:
         self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
@@ -429,7 +456,8 @@ class VictimIndex:
                 self.reclaim_young.add(e.id)
             key = (e.queue.name, e.flavor)
             standing = self.standing(e, level, promoted)
-            self.ranked.setdefault(key, {}).setdefault(standing, []).append((victim_rank(e, now, level), e))
+            rank = victim_rank(e, now, level, by_wait)
+            self.ranked.setdefault(key, {}).setdefault(standing, []).append((rank, e))
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
         for groups in self.ranked.values():

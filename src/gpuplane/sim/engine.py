@@ -27,6 +27,7 @@ from typing import Protocol
 
 from gpuplane.model import DecisionKind, Node, PodSet, Workload, WorkloadClass
 from gpuplane.model.decision import Decision, ReasonCode
+from gpuplane.model.load import PendingWaitAverage
 from gpuplane.model.outcome import Outcome, RunEnd
 from gpuplane.model.placement import Placement
 from gpuplane.policy import PolicySpec
@@ -287,7 +288,9 @@ class Simulation:
         protections = {d for d in (self.index.min_runtime_s, self.index.reclaim_min_runtime_s) if d is not None}
         self.protections = sorted(protections) if self.policy.scheduling.preemption.enabled else []
         """Seconds after a start when a minimum runtime stops protecting the run: the scheduler looks again."""
-        self.guarded = self.index.starvation_guard_s is not None
+        self.guarded = self.index.guarded
+        self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
+        """The pending work's mean queueing delay over time, for a starvation guard that follows the load."""
         self.provisioned_gpu_s: dict[str, float] = {}
         self.pool_capacity: dict[str, int] = {}
         for node in nodes:
@@ -572,7 +575,7 @@ class Simulation:
         if not self.guarded:
             return
         try:
-            promote_at = resolve(record.workload, self.index).promote_at
+            promote_at = self.state.promote_at(resolve(record.workload, self.index))
         except InvalidWorkload:
             return
         if promote_at > now:
@@ -638,8 +641,12 @@ class Simulation:
             return
         self.last_cycle = now
         self.cycles += 1
-        result = run_cycle(self.state, now, [r.workload for r in self.pending.values()])
+        waits = self.pending_waits
+        load = None if waits is None else waits.signals
+        result = run_cycle(self.state, now, [r.workload for r in self.pending.values()], load)
         self._apply(result, now)
+        if waits is not None:  # what stays pending waits until the next cycle
+            waits.observe(now, (now - r.job.submit_s - r.run_s for r in self.pending.values()))
         if self.keep_reservations:
             for view in result.reservations:
                 record = self.pending.get(view.workload_id)

@@ -1,5 +1,8 @@
 """A small training loop for the live-plane tests: fits y = 3x by gradient descent, checkpoints every
-few steps and on SIGTERM, and resumes from its checkpoint. Prints what it did so tests can read the log."""
+few steps and on SIGTERM, and resumes from its checkpoint. Prints what it did so tests can read the log.
+
+``train_loop.py STEPS STEP_S [EVERY [HOLD_FILE]]``: with HOLD_FILE, the loop does not finish after its last step
+until that file exists (a test says when it may end, instead of guessing how long the run must last)."""
 
 import json
 import os
@@ -10,6 +13,7 @@ import time
 total_steps = int(sys.argv[1])
 step_s = float(sys.argv[2])
 every = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+hold = sys.argv[4] if len(sys.argv) > 4 else None
 rank = int(os.environ["GPUPLANE_RANK"])
 path = os.path.join(os.environ["GPUPLANE_CHECKPOINT_DIR"], f"rank-{rank}.json")
 state = {"step": 0, "w": 0.0}
@@ -46,6 +50,8 @@ while state["step"] < total_steps and not stopping:
     if state["step"] % every == 0:
         _save()
     time.sleep(step_s)
+while hold is not None and not stopping and not os.path.exists(hold):
+    time.sleep(0.1)
 _save()
 if stopping:
     print(f"rank {rank} checkpointed at step {state['step']} on SIGTERM", flush=True)

@@ -25,9 +25,11 @@ def slurm_warnings(view: PolicyView, bundle: ExportBundle, share_replicas: int) 
             "multifactor priority has no least-attained-service levels and never demotes running work",
             "dropped",
         )
-    if scheduling.starvation_guard_hours is not None:
+    if scheduling.starvation_guard_hours is not None or scheduling.starvation_guard_load_factor is not None:
         bundle.warn(
-            "scheduling.starvation_guard_hours",
+            "scheduling.starvation_guard_hours"
+            if scheduling.starvation_guard_load_factor is None
+            else "scheduling.starvation_guard_load_factor",
             "the starvation guard",
             "the age factor raises a waiting job's priority slowly (PriorityMaxAge 7 days) but never above a "
             "higher tier, and gives it no preemption rights",

@@ -24,9 +24,11 @@ def _ordering(view: PolicyView, bundle: ExportBundle) -> None:
             "demotes running work by the GPU-hours it has received",
             "dropped",
         )
-    if scheduling.starvation_guard_hours is not None:
+    if scheduling.starvation_guard_hours is not None or scheduling.starvation_guard_load_factor is not None:
         bundle.warn(
-            "scheduling.starvation_guard_hours",
+            "scheduling.starvation_guard_hours"
+            if scheduling.starvation_guard_load_factor is None
+            else "scheduling.starvation_guard_load_factor",
             "the starvation guard",
             "Volcano has no promotion of long-waiting jobs (sla plugin's waiting time only lets a job enqueue)",
             "dropped",
