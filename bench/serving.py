@@ -3,8 +3,10 @@
 One `simulate-serving` comparison (gpuplane, HPA-equivalent sweep, static peak fleet, oracle) per trace,
 one policy file for all (examples/serving.yaml: no per-trace target), replicas that take 120 s to load the
 model. Targets, per trace: at least 99.9 % of requests within the latency SLO, at most 1.2x the oracle's
-GPU-hours, better SLO attainment than the cheapest HPA-equivalent run using as many GPU-hours, and at most
-2x the scaling actions a day of that HPA run.
+GPU-hours, better SLO attainment than the HPA-equivalent at equal GPU-hours (the HPA sweep read at
+gpuplane's GPU-hours, linearly between the two runs around it: ``sim.serving_targets``; met also when
+gpuplane is at the best attainment any fleet reaches, 100 % or, counted request by request, the share of
+requests whose own prefill fits in the SLO), and at most 2x the scaling actions a day of the HPA there.
 
 Defaults were chosen on ServeGen m-mid and m-small (``TUNED``); mm-image and deepseek-r1 and the Azure
 traces are held out and reported separately.
@@ -24,6 +26,7 @@ from typing import Any
 from gpuplane.io.policy_file import load_policy
 from gpuplane.sim.durations import format_duration
 from gpuplane.sim.serving import compare_serving
+from gpuplane.sim.serving_targets import hpa_at_gpu_hours
 from gpuplane.sim.serving_trace import read_serving_trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,26 +62,39 @@ def judge(name: str, data: dict[str, Any]) -> bool:
         (f"SLO attainment >= 99.9 %: {g['slo_attainment']:.4%}", g["slo_attainment"] >= 0.999),
         (f"GPU-hours <= 1.2x oracle: {g['gpu_hours_vs_oracle']:.3f}x", g["gpu_hours_vs_oracle"] <= 1.2),
     ]
-    costlier = [(n, f) for n, f in policies.items() if n.startswith("hpa") and f["gpu_hours"] >= g["gpu_hours"]]
-    if costlier:
-        iso_name, iso = min(costlier, key=lambda nf: nf[1]["gpu_hours"])
+    iso = hpa_at_gpu_hours(policies, g["gpu_hours"])
+    best = data["slo_check"].get("best_attainment_of_requests") or 1.0
+    at_best = g["slo_attainment"] >= best - 1e-12
+    if iso is None:
+        checks.append(("better SLO than HPA at equal GPU-hours: no HPA run", False))
+    else:
+        runs = " and ".join(iso.between)
+        place = {
+            "inside": f"between {runs}" if len(iso.between) > 1 else runs,
+            "below": f"{runs}, the cheapest, uses more",
+            "above": f"{runs}, the costliest, uses fewer",
+        }
         checks.append(
             (
-                f"better SLO than HPA at equal GPU-hours: {g['slo_attainment']:.4%} vs {iso_name} "
-                f"{iso['slo_attainment']:.4%} at {iso['gpu_hours']:,.0f} GPU-h",
-                g["slo_attainment"] > iso["slo_attainment"] or g["slo_attainment"] == 1.0,
+                f"better SLO than HPA at equal GPU-hours: {g['slo_attainment']:.4%} vs {iso.slo_attainment:.4%} "
+                f"at {g['gpu_hours']:,.1f} GPU-h ({place[iso.where]})"
+                + (
+                    f"; gpuplane at the best any fleet reaches ({best:.4%}: the rest have prompts whose prefill alone "
+                    "breaks the SLO)"
+                    if at_best
+                    else ""
+                ),
+                g["slo_attainment"] > iso.slo_attainment or at_best,
             )
         )
-        ratio = g["scaling_actions"] / max(iso["scaling_actions"], 1)
+        ratio = g["scaling_actions"] / max(iso.scaling_actions, 1)
         checks.append(
             (
-                f"actions/day <= 2x HPA's: {g['scaling_actions'] / days:,.0f} vs {iso['scaling_actions'] / days:,.0f} "
+                f"actions/day <= 2x HPA's: {g['scaling_actions'] / days:,.0f} vs {iso.scaling_actions / days:,.0f} "
                 f"({ratio:.2f}x)",
                 ratio <= 2.0,
             )
         )
-    else:
-        checks.append(("better SLO than HPA at equal GPU-hours: no HPA run used as many GPU-hours", False))
     for text, ok in checks:
         print(f"  target ({name}): {text}  {verdict(ok)}")
     return all(ok for _, ok in checks)
@@ -117,7 +133,8 @@ def main() -> int:
         print(
             f"\n{name} ({'tuned on' if name in TUNED else 'held out'}): {requests:,} requests over "
             f"{format_duration(data['trace']['seconds'])} (mean {data['trace']['mean_rps']:,.1f} req/s, {gaps} gap "
-            f"windows interpolated; replica {data['model']['replica_capacity_rps']:.2f} req/s at full batch); "
+            f"windows interpolated; replica {data['model']['replica_capacity_rps']:.2f} req/s at full batch; "
+            f"replica model: {data['model']['replica_model']}); "
             f"{len(data['policies'])} policies in {wall:.0f} s"
         )
         for policy_name, f in data["policies"].items():

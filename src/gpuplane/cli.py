@@ -327,6 +327,12 @@ def _serving_policies() -> tuple[str, ...]:
     return POLICIES
 
 
+def _is_serving_variant(name: str) -> bool:
+    from gpuplane.sim.serving_policies import is_variant
+
+    return is_variant(name)
+
+
 def _serving_model(policy: PolicySpec, args: argparse.Namespace) -> Any:
     """The replica model: the service's model profile from the policy, with the flags given over it."""
     from gpuplane.sim.serving import select_service
@@ -375,7 +381,15 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
                 progress.start_task(tasks[order[following]])
 
         comparison = compare_serving(
-            policy, args.service, trace, args.compare, model, args.seed, args.replica_startup_s, advance
+            policy,
+            args.service,
+            trace,
+            args.compare,
+            model,
+            args.seed,
+            args.replica_startup_s,
+            advance,
+            gpu_cap=args.max_gpus,
         )
     data = comparison.to_dict()
     if not comparison.slo_check.attainable:
@@ -664,10 +678,13 @@ def _add_simulate_serving(sub: argparse._SubParsersAction[Parser]) -> None:
     serving.add_argument("--service", help="the policy's service to drive (default: its first)")
     serving.add_argument(
         "--compare",
-        type=names(_serving_policies, also=lambda name: name.startswith("hpa@")),
+        type=names(_serving_policies, also=_is_serving_variant),
         default=("gpuplane", "hpa", "static", "oracle"),
         help="policies: gpuplane, hpa, static, oracle, hpa@TARGET (HPA at TARGET req/s per replica, or hpa@70%% "
-        "of a replica's full-batch rate); default all four",
+        "of a replica's full-batch rate), gpuplane@no-fallback (without the service's fallback); default all four",
+    )
+    serving.add_argument(
+        "--max-gpus", type=int, help="GPUs every policy's replicas share (a GPU shortage: the fallback variant serves)"
     )
     serving.add_argument("--replica-startup-s", type=float, help="override the service's replica_startup_s")
     serving.add_argument("--days", type=float, help="only the first N days of the trace")

@@ -110,3 +110,37 @@ def test_a_trend_is_extended_only_when_it_clears_the_rates_own_jitter():
     ramp = ReplicaAutoscaler(slo_service(target_rps_per_replica=1.0))
     decisions = feed(ramp, lambda t: 10.0 + t / 30 + math.sin(t), lambda t: 5.0, 40, replicas=10)
     assert "rps_trend" in decisions[-1].details["signals"], "a steady ramp is"
+
+
+def _actions(swing_quantile: float | None, rate, ticks: int = 2400, replicas: int = 150) -> tuple[int, float]:
+    scaler = ReplicaAutoscaler(slo_service(swing_quantile=swing_quantile, trend_lookahead=False))
+    changes = 0
+    held = 0.0
+    for i in range(ticks):
+        now = 15.0 * i
+        d = scaler.decide(ServiceSignals(now=now, rps=rate(now), ready=replicas, mean_service_s=5.0))
+        changes += d.desired != replicas
+        replicas = d.desired
+        held += replicas
+    return changes, held / ticks
+
+
+def test_a_load_that_swings_back_learns_a_wider_scale_down_band():
+    """m-small's rate moves by about 10 % from one 10-minute ServeGen window to the next: a fixed 10 % band
+    scaled down into every dip and back up after it. The learned band holds through dips the load climbs
+    out of within half an hour; a load that falls for good is still followed down."""
+
+    def swinging(t: float) -> float:
+        return 1000.0 * (1.08 if int(t // 600) % 2 else 0.93)
+
+    fixed, fixed_held = _actions(None, swinging)
+    learned, learned_held = _actions(0.9, swinging)
+    assert learned <= 0.7 * fixed, (learned, fixed)
+    assert learned_held < fixed_held * 1.05, "the band is bounded: at most twice the tolerance"
+
+    def falling(t: float) -> float:
+        return 1000.0 if t < 6 * 3600 else 600.0
+
+    scaler_changes, mean_held = _actions(0.9, falling)
+    assert scaler_changes >= 1
+    assert mean_held < _actions(0.9, lambda t: 1000.0)[1], "a lasting fall is followed down"

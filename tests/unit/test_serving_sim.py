@@ -130,11 +130,14 @@ def test_hpa_equivalent_is_the_kubernetes_defaults_on_the_rps_target():
 
 def test_unknown_service_or_policy_is_a_clear_error(tmp_path):
     trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [10, 10])}")
-    with pytest.raises(TraceError, match="no such service"):
+    with pytest.raises(TraceError, match="services: the policy has no service named 'nope'"):
         compare_serving(load_policy(SERVING), "nope", trace)
-    with pytest.raises(TraceError, match="unknown policies"):
+    with pytest.raises(TraceError, match="'knative' \\(policy\\): no such policy") as bad:
         compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "knative", "hpa@-1"))
-    with pytest.raises(TraceError, match="unknown policies"):
+    assert "--" not in str(bad.value), "errors name policy fields, not command-line flags"
+    with pytest.raises(TraceError, match=r"hpa@-1.*autoscaling\.target_rps_per_replica"):
+        compare_serving(load_policy(SERVING), None, trace, ("gpuplane", "hpa@-1"))
+    with pytest.raises(TraceError, match="target_rps_per_replica"):
         compare_serving(load_policy(SERVING), None, trace, ("hpa@nan%",))
     swept = compare_serving(load_policy(SERVING), None, trace, ("hpa", "hpa@2.5", "hpa@40%"))
     assert swept.figures["hpa@2.5"]["gpu_hours"] > swept.figures["hpa"]["gpu_hours"], "a lower target, more replicas"

@@ -43,7 +43,9 @@ from enum import StrEnum
 from typing import Any
 
 from gpuplane.autoscale.capacity import replicas_for_slo
+from gpuplane.autoscale.fallback import GpuSplit, split_for_gpus
 from gpuplane.autoscale.forecast_error import ForecastError
+from gpuplane.autoscale.load_swing import LoadSwing
 from gpuplane.autoscale.service_time import ServiceEstimate, ServiceTime
 from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec, ScalingRulesSpec, ServiceSpec
 
@@ -52,6 +54,8 @@ SERVICE_HORIZON_S = 3600.0
 """The furthest back the mean slot time is read (``autoscale.service_time``), however unsure it still is."""
 TREND_Z = 3.0
 """Standard errors a rising trend's slope must clear before it is extended a startup ahead."""
+SWING_CEILING = 2.0
+"""The learned scale-down band (``autoscale.load_swing``) is at most this many times the tolerance."""
 
 
 class ReplicaReasonCode(StrEnum):
@@ -70,6 +74,8 @@ class ReplicaReasonCode(StrEnum):
     WAKE_FROM_ZERO = "wake_from_zero"
     NO_CHANGE = "no_change"
     SLO_UNATTAINABLE = "slo_unattainable"
+    FALLBACK = "fallback_for_gpu_shortage"
+    GPUS_SHORT = "gpus_short"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,14 @@ class ServiceSignals:
     """Mean GPU utilization of the ready replicas, 0-1."""
     gpu_memory_used: float | None = None
     """Mean fraction of GPU memory in use on the ready replicas, 0-1."""
+    gpus_free: int | None = None
+    """GPUs the service could still be given now (free in its pools, within its quota); None: not short."""
+    fallback_ready: int = 0
+    """Replicas of the service's fallback variant serving."""
+    fallback_starting: int = 0
+    """Replicas of the fallback variant still loading."""
+    fallback_share: float | None = None
+    """One fallback replica's capacity as a share of one of the service's own (measured by the runtime)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +127,8 @@ class ReplicaDecision:
     current: int
     code: ReplicaReasonCode
     details: dict[str, Any] = field(default_factory=dict)
+    fallback: int = 0
+    """Replicas of the fallback variant to run (``autoscale.fallback``): non-zero only when GPUs run short."""
 
     @property
     def delta(self) -> int:
@@ -195,6 +211,7 @@ class ReplicaAutoscaler:
         self._panic_until: float | None = None
         self._forecast_error = ForecastError(service.replica_startup_s, self.spec.panic_threshold)
         self._service_time = ServiceTime(max(SERVICE_HORIZON_S, self.spec.stable_window_s))
+        self._swing = LoadSwing(self.spec.swing_horizon_s)
         self._service: ServiceEstimate | None = None
         """This tick's mean slot time (read once per tick in ``_remember``)."""
         self._last_request: float | None = None
@@ -258,7 +275,31 @@ class ReplicaAutoscaler:
             }
             if code in (ReplicaReasonCode.WITHIN_TOLERANCE, ReplicaReasonCode.NO_CHANGE):
                 code = ReplicaReasonCode.SLO_UNATTAINABLE
-        return self._record(now, current, bounded, code, details)
+        split = self._gpu_split(bounded, signals)
+        if split is None:
+            return self._record(now, current, bounded, code, details)
+        if split.short > 0:
+            details["gpu_shortage"] = {**split.details, "fallback": split.fallback}
+            bounded = split.primary
+            code = ReplicaReasonCode.FALLBACK if split.fallback else ReplicaReasonCode.GPUS_SHORT
+        return self._record(now, current, bounded, code, details, split.fallback)
+
+    def _gpu_split(self, desired: int, signals: ServiceSignals) -> GpuSplit | None:
+        """The own and fallback replicas the free GPUs allow (``autoscale.fallback``); None when the runtime
+        reports no GPU limit."""
+        if signals.gpus_free is None:
+            return None
+        fallback = self.service.fallback
+        return split_for_gpus(
+            desired,
+            signals.ready,
+            signals.ready + signals.starting,
+            self.service.gpus_per_replica,
+            signals.gpus_free,
+            fallback.gpus_per_replica if fallback is not None else None,
+            signals.fallback_ready + signals.fallback_starting,
+            signals.fallback_share or 0.0,
+        )
 
     def _remember(self, signals: ServiceSignals) -> None:
         self._samples.append(signals)
@@ -266,6 +307,14 @@ class ReplicaAutoscaler:
         while self._samples and self._samples[0].now <= horizon:
             self._samples.popleft()
         self.pattern.observe(signals.now, signals.rps)
+        precision = self._tolerance(0.5) / 4
+        self._swing.observe_interval(
+            signals.now,
+            signals.rps * self.spec.metrics_interval_s,
+            self.spec.metrics_interval_s,
+            self.spec.stable_window_s,
+            1.0 / (precision * precision) if precision > 0 else 0.0,
+        )
         requests = signals.rps * self.spec.metrics_interval_s
         self._service_time.observe(signals.now, requests, signals.mean_service_s, signals.service_s_std)
         self._service = self._service_time.estimate(signals.now, self.spec.stable_window_s, self._tolerance(0.5) / 4)
@@ -359,16 +408,23 @@ class ReplicaAutoscaler:
         self, current: int, rate: float, signals: ServiceSignals, spread: Sequence[tuple[float, float]]
     ) -> int | None:
         """The SLO count with a hysteresis band in load, not in replicas: the current count is kept while it
-        serves ``rate`` and is no more than ``rate × (1 + tolerance)`` needs (the scale-down tolerance);
-        outside the band, the count for the band's middle, ``rate × (1 + tolerance / 2)``. A big fleet
-        keeps a band of about the tolerance in replicas; a fleet of three keeps no spare replica the load
-        does not ask for (a band of one whole replica was a third more GPUs there). None without a service
-        time."""
+        serves ``rate`` and is no more than ``rate × (1 + band)`` needs, the band being the scale-down
+        tolerance, widened to how far the load climbs back within ``swing_horizon_s`` at the
+        ``swing_quantile`` of past moments (``autoscale.load_swing``; at most ``SWING_CEILING`` times the
+        tolerance) less the band one replica already is (``1 / current``: a fleet of five holds a 20 %
+        step by its granularity alone, and a wider band would only hold a spare replica); outside the band,
+        the count for ``rate × (1 + tolerance / 2)``. A big fleet keeps a band of about the tolerance in replicas; a
+        fleet of three keeps no spare replica the load does not ask for (a band of one whole replica was a
+        third more GPUs there). None without a service time."""
         wanted = self._slo_count(rate, signals, spread)
         if wanted is None:
             return None
         band = self._tolerance(0.5)
-        if wanted <= current <= (self._slo_count(rate * (1 + band), signals, spread) or wanted):
+        quantile = self.spec.swing_quantile
+        keep = band
+        if quantile is not None and current > 0:
+            keep = max(band, min(SWING_CEILING * band, self._swing.swing(quantile)) - 1.0 / current)
+        if wanted <= current <= (self._slo_count(rate * (1 + keep), signals, spread) or wanted):
             return current
         return max(wanted, self._slo_count(rate * (1 + band / 2), signals, spread) or wanted)
 
@@ -456,8 +512,14 @@ class ReplicaAutoscaler:
         return target
 
     def _record(
-        self, now: float, current: int, desired: int, code: ReplicaReasonCode, details: dict[str, Any]
+        self,
+        now: float,
+        current: int,
+        desired: int,
+        code: ReplicaReasonCode,
+        details: dict[str, Any],
+        fallback: int = 0,
     ) -> ReplicaDecision:
         if desired != current:
             self._events.append((now, desired - current, desired))
-        return ReplicaDecision(desired, current, code, details)
+        return ReplicaDecision(desired, current, code, details, fallback)

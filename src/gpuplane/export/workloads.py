@@ -171,6 +171,14 @@ def emit_services(view: PolicyView, bundle: ExportBundle) -> None:
         if service.mig_profile is not None:
             pools = [p for p in pools if service.mig_profile in p.mig_profiles]
         bundle.add("services.yaml", *_service_objects(view, team, service, pools))
+        if service.fallback is not None:
+            bundle.warn(
+                f"services[{service.name}].fallback",
+                "serving the overflow with the fallback when GPUs run short",
+                f"the Deployment {service.name}-{service.fallback.name} is exported at 0 replicas: HPA and KEDA "
+                "scale on load, not on a GPU shortage; scale it by hand (the Service already reaches its pods)",
+                "dropped",
+            )
         if service.image is None:
             bundle.warn(
                 f"services[{service.name}].image",
@@ -180,19 +188,70 @@ def emit_services(view: PolicyView, bundle: ExportBundle) -> None:
             )
 
 
+VARIANT_LABEL = "gpuplane.io/variant"
+QUALITY_LABEL = "gpuplane.io/quality"
+
+
 def _service_objects(view: PolicyView, team: TeamSpec, service: ServiceSpec, pools: list[PoolSpec]) -> list[Obj]:
+    """The service's Deployment, Service and ServiceMonitor; with a fallback variant, a second Deployment
+    for it at 0 replicas (its pods carry the service's app label, so the Service reaches them too), the two
+    told apart by a variant label so that neither Deployment's selector takes the other's pods."""
     ns = view.namespace(team.name)
     app = {"app.kubernetes.io/name": service.name}
+    fallback = service.fallback
+    own = {VARIANT_LABEL: "primary"} if fallback is not None else None
+    gpus, replicas = service.gpus_per_replica, service.autoscaling.min_replicas
+    objects = [_deployment(view, team, service, pools, service.name, gpus, service.image, replicas, own)]
+    if fallback is not None:
+        name = f"{service.name}-{fallback.name}"
+        extra = {VARIANT_LABEL: "fallback", QUALITY_LABEL: fallback.quality}
+        objects.append(
+            _deployment(view, team, service, pools, name, fallback.gpus_per_replica, fallback.image, 0, extra)
+        )
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(service.name, ns, **app),
+        "spec": {"selector": app, "ports": [{"name": "http", "port": service.port, "targetPort": "http"}]},
+    }
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": metadata(service.name, ns, **app),
+        "spec": {
+            "selector": {"matchLabels": app},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+    return [*objects, svc, monitor]
+
+
+def _deployment(
+    view: PolicyView,
+    team: TeamSpec,
+    service: ServiceSpec,
+    pools: list[PoolSpec],
+    name: str,
+    gpus: int,
+    image: str | None,
+    replicas: int,
+    extra_labels: dict[str, str] | None = None,
+) -> Obj:
+    """A Deployment of the service's replicas (or of its fallback variant: ``extra_labels`` mark it, and
+    its pods carry the service's app label, so the service's Service sends them requests too)."""
+    ns = view.namespace(team.name)
+    app = {"app.kubernetes.io/name": service.name}
+    own = {**app, **(extra_labels or {})}
     tier = service.priority or view.tier_of_class("inference")
-    requests = pod_requests(view, pools, service.gpus_per_replica, service.mig_profile)
+    requests = pod_requests(view, pools, gpus, service.mig_profile)
     limits = {k: v for k, v in requests.items() if k.startswith("nvidia.com/")}
     pod_meta = pod_metadata(view, team, "inference", view.policy.workload_classes.inference.preemptible)
-    pod_meta["labels"].update(app)
+    pod_meta["labels"].update(own)
     pod_spec: Obj = {
         "containers": [
             {
                 "name": "server",
-                "image": service.image or DEFAULT_IMAGE,
+                "image": image or service.image or DEFAULT_IMAGE,
                 "ports": [{"name": "http", "containerPort": service.port}],
                 "resources": {"requests": requests, "limits": limits},
                 "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
@@ -209,34 +268,18 @@ def _service_objects(view: PolicyView, team: TeamSpec, service: ServiceSpec, poo
                 "maxSkew": 1,
                 "topologyKey": HOSTNAME_LABEL,
                 "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": app},
+                "labelSelector": {"matchLabels": own},
             }
         ],
     }
     place_on(pod_spec, pools)
-    deployment = {
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(service.name, ns, **{QUEUE_NAME_LABEL: team.name, PRIORITY_LABEL: tier, **app}),
+        "metadata": metadata(name, ns, **{QUEUE_NAME_LABEL: team.name, PRIORITY_LABEL: tier, **own}),
         "spec": {
-            "replicas": service.autoscaling.min_replicas,
-            "selector": {"matchLabels": app},
+            "replicas": replicas,
+            "selector": {"matchLabels": own},
             "template": {"metadata": pod_meta, "spec": pod_spec},
         },
     }
-    svc = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(service.name, ns, **app),
-        "spec": {"selector": app, "ports": [{"name": "http", "port": service.port, "targetPort": "http"}]},
-    }
-    monitor = {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "ServiceMonitor",
-        "metadata": metadata(service.name, ns, **app),
-        "spec": {
-            "selector": {"matchLabels": app},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
-        },
-    }
-    return [deployment, svc, monitor]

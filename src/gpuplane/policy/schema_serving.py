@@ -8,10 +8,11 @@ is documented in docs/policy.md.
 from __future__ import annotations
 
 import itertools
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from gpuplane.policy.model_profiles import PROFILES
 from gpuplane.policy.schema_base import MAX_COUNT, Name, _Spec
 
 Severity = Literal["info", "warning", "critical"]
@@ -54,6 +55,8 @@ class ReplicaAutoscalingSpec(_Spec):
     trend_lookahead: bool = True
     trend_window_s: float = Field(300.0, gt=0)
     capacity_from_slo: bool = False
+    swing_quantile: float | None = Field(0.9, gt=0, lt=1)
+    swing_horizon_s: float = Field(1800.0, gt=0, le=86400)
     idle_before_zero_s: float = Field(300.0, gt=0)
     metrics_interval_s: float = Field(15.0, gt=0, le=600)
 
@@ -76,12 +79,32 @@ class SloSpec(_Spec):
 
 
 class ModelProfileSpec(_Spec):
-    """What one replica of the service's model can do (see docs/autoscaling.md#replica-model)."""
+    """What one replica of the service's model can do (see docs/autoscaling.md#replica-model): a shipped
+    ``profile`` (``policy.model_profiles``) sets every figure, and a field given beside it overrides it."""
 
+    profile: str | None = None
     max_concurrency: int = Field(32, ge=1, le=4096)
     prefill_tokens_per_s: float = Field(8000.0, gt=0)
     decode_step_s: float = Field(0.025, gt=0)
     kv_cache_tokens: int | None = Field(None, ge=1)
+    tensor_parallel: int | None = Field(None, ge=1, le=16)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_profile(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("profile") is None:
+            return data
+        name = data["profile"]
+        shipped = PROFILES.get(name) if isinstance(name, str) else None
+        if shipped is None:
+            raise ValueError(f"unknown model profile {name!r}; shipped profiles: {', '.join(sorted(PROFILES))}")
+        return {**shipped.fields(), **data}
+
+    @property
+    def quality(self) -> str:
+        """``lower`` for a shipped quantized or smaller stand-in, else ``full``."""
+        shipped = PROFILES.get(self.profile) if self.profile else None
+        return shipped.quality if shipped is not None else "full"
 
 
 class CanarySpec(_Spec):
@@ -98,6 +121,34 @@ class CanarySpec(_Spec):
         return self
 
 
+def _gpus_from_tensor_parallel(data: Any) -> Any:
+    """A replica's GPUs default to its model's tensor-parallel degree (a shipped profile's, or the one
+    given); an explicit ``gpus_per_replica`` stays and is checked against it by ``check_policy``."""
+    if not isinstance(data, dict) or "gpus_per_replica" in data or not isinstance(data.get("model"), dict):
+        return data
+    model = data["model"]
+    shipped = PROFILES.get(model.get("profile")) if isinstance(model.get("profile"), str) else None
+    degree = model.get("tensor_parallel") or (shipped.tensor_parallel if shipped is not None else None)
+    return {**data, "gpus_per_replica": degree} if isinstance(degree, int) else data
+
+
+class FallbackSpec(_Spec):
+    """A lower-quality variant (a quantized or smaller model on fewer GPUs per replica) that serves the
+    overflow when the GPUs for more of the service's own replicas run short."""
+
+    name: Name
+    quality: Literal["lower"]
+    gpus_per_replica: int = Field(1, ge=1, le=16)
+    model: ModelProfileSpec
+    replica_startup_s: float | None = Field(None, ge=0)
+    image: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus(cls, data: Any) -> Any:
+        return _gpus_from_tensor_parallel(data)
+
+
 class ServiceSpec(_Spec):
     name: Name
     team: Name
@@ -111,6 +162,12 @@ class ServiceSpec(_Spec):
     image: str | None = None
     port: int = Field(8000, ge=1, le=65535)
     canary: CanarySpec = Field(default_factory=CanarySpec)
+    fallback: FallbackSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpus(cls, data: Any) -> Any:
+        return _gpus_from_tensor_parallel(data)
 
 
 class PendingJobsAlert(_Spec):

@@ -9,7 +9,7 @@ from gpuplane.model.gpu import parse_mig_profile
 from gpuplane.policy.errors import Path, PolicyIssue, format_path
 from gpuplane.policy.schema import PolicySpec
 from gpuplane.policy.schema_auth import TOKEN_FIX, TokenRef, token_problem
-from gpuplane.policy.schema_serving import ReplicaAutoscalingSpec
+from gpuplane.policy.schema_serving import ModelProfileSpec, ReplicaAutoscalingSpec, ServiceSpec
 from gpuplane.policy.validate_tenancy import check_tenancy
 
 
@@ -291,7 +291,43 @@ def _services(policy: PolicySpec) -> Iterator[PolicyIssue]:
             )
         if service.priority is not None and service.priority not in tiers:
             yield PolicyIssue((*path, "priority"), f"unknown priority tier '{service.priority}'", _one_of(tiers))
+        yield from _tensor_parallel(service.gpus_per_replica, service.model, path)
+        yield from _fallback(service, path)
         yield from _replica_autoscaling(service.autoscaling, (*path, "autoscaling"))
+
+
+def _tensor_parallel(gpus: int, model: ModelProfileSpec, path: tuple[str | int, ...]) -> Iterator[PolicyIssue]:
+    degree = model.tensor_parallel
+    if degree is not None and degree != gpus:
+        yield PolicyIssue(
+            (*path, "gpus_per_replica"),
+            f"{gpus} GPUs per replica, but the model runs tensor parallel over {degree}"
+            + (f" (profile '{model.profile}')" if model.profile else ""),
+            f"set gpus_per_replica: {degree}, or remove it (it defaults to the tensor-parallel degree)",
+        )
+
+
+def _fallback(service: ServiceSpec, path: tuple[str | int, ...]) -> Iterator[PolicyIssue]:
+    fallback = service.fallback
+    if fallback is None:
+        return
+    where = (*path, "fallback")
+    if fallback.name == service.name:
+        yield PolicyIssue(
+            (*where, "name"), f"the fallback has the service's own name '{service.name}'", "name it apart"
+        )
+    if service.mig_profile is not None:
+        yield PolicyIssue(
+            where, "a fallback variant with a mig_profile service", "remove fallback, or use whole GPUs per replica"
+        )
+    if fallback.gpus_per_replica >= service.gpus_per_replica:
+        yield PolicyIssue(
+            (*where, "gpus_per_replica"),
+            f"the fallback takes {fallback.gpus_per_replica} GPUs per replica, not fewer than the service's "
+            f"{service.gpus_per_replica}: it cannot serve when GPUs run short",
+            f"give the fallback fewer than {service.gpus_per_replica} GPUs per replica (a quantized or smaller model)",
+        )
+    yield from _tensor_parallel(fallback.gpus_per_replica, fallback.model, where)
 
 
 def _replica_autoscaling(spec: ReplicaAutoscalingSpec, path: tuple[str | int, ...]) -> Iterator[PolicyIssue]:

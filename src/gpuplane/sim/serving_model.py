@@ -2,10 +2,15 @@
 
 A replica is a continuous-batching LLM server (vLLM-like) with ``max_batch`` request slots. A request holds
 a slot for its prefill (context tokens at ``prefill_tokens_per_s``) plus one decode step per generated
-token; its latency is the time to first token: the wait for a slot plus its prefill. Per second, the
-fleet's slot-seconds serve the work that arrived; what does not fit waits (a fluid backlog, first come
-first served), and within a second the wait for a free slot follows Erlang C with the Halfin-Whitt
-approximation (thousands of slots: the many-server regime).
+token; its latency is the time to first token: the wait for a slot plus its prefill. Requests reach the
+replicas through the live gateway's router (the replica with the fewest requests in flight) and wait in
+that replica's own queue. Per second, the fleet's slot-seconds serve the work that arrived; what does not
+fit waits (a fluid backlog, first come first served, spread evenly over the replicas), and within a second
+a request waits when every slot is busy (Erlang C over the fleet's slots, Halfin-Whitt), then for its own
+replica's next departures (``autoscale.capacity``: the wait beyond ``t`` decays as
+``exp(-c (1 - ρ^N) t / S)`` for ``N`` replicas of ``c`` slots, not as one pooled queue's
+``exp(-(Nc - a) t / S)``). ``sim.serving_router`` simulates the same router request by request; it is run
+where the trace is small enough, and checks this model in the tests.
 
 Token counts come from the trace where it has them: each request's own (Azure, Mooncake), or a sample of
 the category's own distributions for a ServeGen folder that has its chunk-*-dataset.json files
@@ -91,14 +96,20 @@ class TokenProfile:
     @staticmethod
     def synthetic(model: ServingModel, seed: int, n: int = 50_000) -> TokenProfile:
         """The profile of ``n`` requests drawn from the model's fitted lognormals."""
-        rng = np.random.default_rng(seed)
-        context = rng.lognormal(math.log(model.context_median), model.context_sigma, n)
-        generated = rng.lognormal(math.log(model.generated_median), model.generated_sigma, n)
-        return TokenProfile.of(model, np.round(context), np.round(generated))
+        return TokenProfile.of(model, *synthetic_tokens(model, seed, n))
 
     def capacity_rps(self, max_batch: int) -> float:
         """Requests/s one replica completes when all its slots are busy."""
         return max_batch / self.mean_occupancy_s
+
+
+def synthetic_tokens(model: ServingModel, seed: int, n: int = 50_000) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (context, generated) token counts drawn from the lognormals fitted to the Azure 2023
+    conversation trace (the model's ``context_*`` and ``generated_*`` figures)."""
+    rng = np.random.default_rng(seed)
+    context = rng.lognormal(math.log(model.context_median), model.context_sigma, n)
+    generated = rng.lognormal(math.log(model.generated_median), model.generated_sigma, n)
+    return np.round(context), np.round(generated)
 
 
 def _normal_cdf(x: np.ndarray) -> np.ndarray:
@@ -128,15 +139,37 @@ def wait_probability(slots: np.ndarray, offered: np.ndarray) -> np.ndarray:
     return clipped
 
 
+def wait_decay(slots: np.ndarray, offered: np.ndarray, slots_per_replica: float | None) -> np.ndarray:
+    """Per second, how fast the wait of a request that found every slot busy runs out (times the mean slot
+    time): ``c (1 - ρ^N)`` behind the least-in-flight router (``autoscale.capacity.wait_decay``), or
+    ``slots - offered`` for one pooled queue (``slots_per_replica`` None)."""
+    slots = np.asarray(slots, dtype=float)
+    offered = np.asarray(offered, dtype=float)
+    out = np.zeros_like(offered)
+    ok = slots > offered
+    if slots_per_replica is None:
+        out[ok] = slots[ok] - offered[ok]
+        return out
+    replicas = slots[ok] / slots_per_replica
+    out[ok] = slots_per_replica * (1.0 - (offered[ok] / slots[ok]) ** replicas)
+    return out
+
+
 def attainment(
-    profile: TokenProfile, slo_s: float, backlog_wait_s: np.ndarray, slots: np.ndarray, offered: np.ndarray
+    profile: TokenProfile,
+    slo_s: float,
+    backlog_wait_s: np.ndarray,
+    slots: np.ndarray,
+    offered: np.ndarray,
+    slots_per_replica: float | None = None,
 ) -> np.ndarray:
     """Fraction of each second's requests whose time to first token is within ``slo_s``.
 
     ``backlog_wait_s``: wait for the backlog ahead (fluid, first come first served); ``slots``: slots of
-    ready replicas; ``offered``: slot-seconds of work that arrived in the second (Erlangs). Computed in
-    blocks of ``BLOCK`` seconds, so memory stays bounded on a 14-day trace (one block's seconds x prefill
-    quantiles at a time, not the whole trace's).
+    ready replicas; ``offered``: slot-seconds of work that arrived in the second (Erlangs);
+    ``slots_per_replica``: the slots of one replica, whose own queue a waiting request is in (None: one
+    pooled queue). Computed in blocks of ``BLOCK`` seconds, so memory stays bounded on a 14-day trace (one
+    block's seconds x prefill quantiles at a time, not the whole trace's).
     """
     slots = np.asarray(slots, dtype=float)
     offered = np.asarray(offered, dtype=float)
@@ -145,17 +178,21 @@ def attainment(
     for start in range(0, offered.size, BLOCK):
         end = min(offered.size, start + BLOCK)
         result[start:end] = _attainment_block(
-            profile, slo_s, backlog_wait_s[start:end], slots[start:end], offered[start:end]
+            profile, slo_s, backlog_wait_s[start:end], slots[start:end], offered[start:end], slots_per_replica
         )
     return result
 
 
 def _attainment_block(
-    profile: TokenProfile, slo_s: float, backlog_wait_s: np.ndarray, slots: np.ndarray, offered: np.ndarray
+    profile: TokenProfile,
+    slo_s: float,
+    backlog_wait_s: np.ndarray,
+    slots: np.ndarray,
+    offered: np.ndarray,
+    slots_per_replica: float | None,
 ) -> np.ndarray:
     pw = wait_probability(slots, offered)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        theta = np.where(slots > offered, (slots - offered) / profile.mean_occupancy_s, 0.0)
+    theta = wait_decay(slots, offered, slots_per_replica) / profile.mean_occupancy_s
     room = slo_s - backlog_wait_s[:, None] - profile.prefill_quantiles_s[None, :]
     ok = np.where(room >= 0, 1.0 - pw[:, None] * np.exp(-theta[:, None] * np.maximum(room, 0.0)), 0.0)
     result: np.ndarray = ok.mean(axis=1)
@@ -168,7 +205,14 @@ def prefill_quantile(profile: TokenProfile, q: float) -> float:
     return float(profile.prefill_quantiles_s[min(QUANTILES - 1, int(q * QUANTILES))])
 
 
-def latency_quantile(profile: TokenProfile, q: float, backlog_wait_s: float, slots: float, offered: float) -> float:
+def latency_quantile(
+    profile: TokenProfile,
+    q: float,
+    backlog_wait_s: float,
+    slots: float,
+    offered: float,
+    slots_per_replica: float | None = None,
+) -> float:
     """An estimate of the ``q`` quantile of time to first token in one second (for the autoscaler's signal);
     when overloaded, the backlog ahead plus the second's excess work spread over the slots."""
     if slots <= 0:
@@ -179,7 +223,8 @@ def latency_quantile(profile: TokenProfile, q: float, backlog_wait_s: float, slo
         return backlog_wait_s + prefill + (offered - slots) / slots
     extra = 0.0
     if pw > 1 - q:
-        extra = math.log(pw / (1 - q)) * profile.mean_occupancy_s / (slots - offered)
+        decay = float(wait_decay(np.array([slots]), np.array([offered]), slots_per_replica)[0])
+        extra = math.log(pw / (1 - q)) * profile.mean_occupancy_s / decay
     return backlog_wait_s + prefill + extra
 
 

@@ -11,7 +11,6 @@ import plotly.graph_objects as go
 from gpuplane.sim.durations import format_duration
 from gpuplane.sim.plots import MAX_POINTS, as_div, lines, plotly_script
 from gpuplane.sim.serving import MINUTE, ServingComparison
-from gpuplane.sim.serving_model import attainment
 
 DAY_MINUTES = 24 * 60
 HALF_A_REQUEST = 0.5
@@ -28,13 +27,10 @@ def missed_per_minute(comparison: ServingComparison) -> dict[str, np.ndarray]:
     minutes in which less than half a request is expected over it. The latency model gives every minute a
     tail probability, down to 1e-15 and below; under half a request it means no request was late that
     minute, and a log axis has no zero, so such minutes are gaps, not points at a made-up floor."""
-    slo = comparison.service.slo.latency_ms / 1000
     requests = _minutes(comparison.counts.astype(float)) * MINUTE
     out = {}
     for name, run in comparison.runs.items():
-        slots = run.ready.astype(float) * comparison.model.max_batch
-        within = attainment(comparison.profile, slo, run.backlog_wait_s, slots, comparison.offered)
-        missed = 1.0 - _minutes(within)
+        missed = 1.0 - _minutes(run.within)
         out[name] = np.where(missed * requests >= HALF_A_REQUEST, missed, np.nan)
     return out
 
