@@ -129,6 +129,12 @@ def test_a_reclaim_minimum_runtime_is_reported_as_dropped():
     assert warning.effect == "dropped" and "reclaim" in warning.feature
 
 
+def test_sparing_jobs_preempted_often_is_reported_as_dropped():
+    bundle = export_kubernetes(parse_policy(platform(scheduling__preemption={"spare_after_preemptions": 2})))
+    (warning,) = [w for w in bundle.warnings if w.field == "scheduling.preemption.spare_after_preemptions"]
+    assert warning.effect == "dropped"
+
+
 def test_policy_features_without_a_kubernetes_equivalent_are_reported():
     philly = export_kubernetes(load_policy(str(EXAMPLES / "philly.yaml")))
     fields = {w.field for w in philly.warnings}

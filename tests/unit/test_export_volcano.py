@@ -171,7 +171,11 @@ def test_what_volcano_cannot_express_is_a_warning_naming_the_field():
         scheduling={
             "service_levels": {"thresholds_gpu_hours": [10]},
             "starvation_guard_hours": 24,
-            "preemption": {"reclaim_within_cohort": "lower_priority", "min_runtime_s": 600},
+            "preemption": {
+                "reclaim_within_cohort": "lower_priority",
+                "min_runtime_s": 600,
+                "spare_after_preemptions": 3,
+            },
         },
         priorities=[
             {"name": "production", "value": 1000, "preemptible": False, "may_preempt": ["opportunistic"]},
@@ -184,6 +188,7 @@ def test_what_volcano_cannot_express_is_a_warning_naming_the_field():
         "scheduling.service_levels",
         "scheduling.starvation_guard_hours",
         "scheduling.preemption.min_runtime_s",
+        "scheduling.preemption.spare_after_preemptions",
         "scheduling.preemption.reclaim_within_cohort",
         "priorities[production].may_preempt",
         "teams[recsys].max_running_jobs",

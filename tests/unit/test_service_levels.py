@@ -440,3 +440,42 @@ def test_runs_below_that_level_keep_their_nominal_quota():
     assert kinds(cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)) == {
         "b-new": "wait"
     }
+
+
+def test_a_job_preempted_often_enough_is_spared_by_less_served_work_when_the_policy_says_so():
+    """Both runs are at level 1 (a GPU-hour and more since they started); 'often' was preempted twice
+    before and started last, so without the option it is the victim (it has lost less work)."""
+    spare = {"preemption": {"spare_after_preemptions": 2}}
+    p = policy(**{**LEVELS, "scheduling": {**LEVELS["scheduling"], **spare}})
+    node_list = nodes(p, train=2)
+    often = dataclasses.replace(job("often", klass="batch", t=0), preemptions=2)
+    once = dataclasses.replace(job("once", klass="batch", t=0), preemptions=1)
+    run = running(p, node_list, [(once, 36_000, None), (often, 36_100, None)])
+    preemptor = job("short", klass="batch", t=37_000)
+    assert kinds(cycle(p, node_list, [preemptor], run, now=40_000)) == {"once": "preempt", "short": "admit"}
+    plain = policy(**LEVELS)
+    assert kinds(cycle(plain, node_list, [preemptor], run, now=40_000)) == {"often": "preempt", "short": "admit"}
+    spare_all = {"preemption": {"spare_after_preemptions": 1}}
+    both = policy(**{**LEVELS, "scheduling": {**LEVELS["scheduling"], **spare_all}})
+    assert kinds(cycle(both, node_list, [preemptor], run, now=40_000)) == {"short": "wait"}
+
+
+def test_a_run_admitted_by_a_kept_state_remembers_the_jobs_earlier_preemptions():
+    """The simulator keeps one scheduler state: the count must reach the runs it admits itself. 'often'
+    (preempted twice) and 'once' are admitted at 0 on two 8-GPU nodes; at 40,000 s both are at level 1 and
+    'often', admitted last, would be the victim without the option."""
+    from gpuplane.scheduler.cycle import run_cycle
+    from gpuplane.scheduler.index import PolicyIndex
+    from gpuplane.scheduler.state import CycleState
+
+    spare = {"preemption": {"spare_after_preemptions": 2}}
+    for doc, victim in ((LEVELS, "often"), ({**LEVELS, "scheduling": {**LEVELS["scheduling"], **spare}}, "once")):
+        p = policy(**doc)
+        node_list = nodes(p, train=2, infer=0, spot=0)
+        kept = CycleState(PolicyIndex(p), node_list, 0.0)
+        once = dataclasses.replace(job("once", klass="batch", gpus=8, t=0), preemptions=1)
+        often = dataclasses.replace(job("often", klass="batch", gpus=8, t=1), preemptions=2)
+        assert kinds(run_cycle(kept, 0.0, [once])) == {"once": "admit"}
+        assert kinds(run_cycle(kept, 10.0, [often])) == {"often": "admit"}
+        short = job("short", klass="batch", gpus=8, t=39_000)
+        assert kinds(run_cycle(kept, 40_000.0, [short])) == {victim: "preempt", "short": "admit"}

@@ -194,6 +194,13 @@ def _ordering_warnings(view: PolicyView, bundle: ExportBundle) -> None:
                 "Kueue may preempt or reclaim a workload as soon as it is admitted",
                 "dropped",
             )
+    if scheduling.preemption.spare_after_preemptions is not None:
+        bundle.warn(
+            "scheduling.preemption.spare_after_preemptions",
+            "sparing jobs preempted often",
+            "Kueue does not count a workload's earlier preemptions when it picks victims",
+            "dropped",
+        )
     if scheduling.backfill.mode == "easy":
         bundle.warn(
             "scheduling.backfill.mode",

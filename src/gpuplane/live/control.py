@@ -463,6 +463,7 @@ class ControlPlane:
             workload is None
             or workload.attained_gpu_s != job.attained_gpu_s
             or workload.reserved_before != job.reserved_before
+            or workload.preemptions != job.preemptions
         ):
             workload = to_workload(job)
             self._workloads[job.id] = workload

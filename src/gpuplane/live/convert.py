@@ -25,6 +25,7 @@ def to_workload(job: JobRecord) -> Workload:
         preemptible=job.preemptible,
         pools=tuple(job.pools) if job.pools else None,
         attained_gpu_s=job.attained_gpu_s,
+        preemptions=job.preemptions,
         reserved_before=job.reserved_before,
     )
 

@@ -85,6 +85,8 @@ class Workload:
     pools: tuple[str, ...] | None = None
     topology: TopologyMode | None = None
     attained_gpu_s: float = 0.0
+    preemptions: int = 0
+    """How many times this job's runs were preempted before (the runtime counts them)."""
     """GPU-seconds of service received in earlier runs (before a preemption); orders work when the policy
     declares attained-service levels. Reported by the runtime, which alone knows the history."""
     reserved_before: bool = False

@@ -322,6 +322,7 @@ class _Cycle:
                 waited_s=queueing_delay(r.workload, st.now, fit.milli / MILLI_PER_GPU),
                 aged=st.promote_at(r) <= st.now,
                 spread_group=r.workload.spread_group,
+                preempted_before=r.workload.preemptions,
             )
         )
         details: dict[str, Any] = {

@@ -45,6 +45,8 @@ class RunEntry:
     """Started after the starvation guard promoted it: never taken by other promoted work, and protected
     when the policy's ``starvation_guard_protects_runs`` says so."""
     spread_group: str | None = None
+    preempted_before: int = 0
+    """How many times the job's runs were preempted before this one."""
 
     def level(self, now: float, thresholds_gpu_s: tuple[float, ...], protected: bool = False) -> int:
         """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far (0 for a
@@ -219,6 +221,7 @@ class CycleState:
                 1 if self.index.promoted_preempt_borrowed else None,
                 self.index.reclaim_min_runtime_s,
                 self.index.policy.scheduling.preemption.victims_least_waited_first,
+                self.index.policy.scheduling.preemption.spare_after_preemptions,
             )
         return self._victims
 
@@ -281,6 +284,7 @@ class CycleState:
             waited_s=queueing_delay(run.workload, run.start_time, milli / MILLI_PER_GPU),
             aged=aged,
             spread_group=run.workload.spread_group,
+            preempted_before=run.workload.preemptions,
         )
 
     def spread_counts(self, group: str | None) -> dict[int, int]:
@@ -427,6 +431,7 @@ class VictimIndex:
         aged_level: int | None = None,
         reclaim_min_runtime_s: float | None = None,
         by_wait: bool = False,
+        spare_after_preemptions: int | None = None,
     ) -> None:
         self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
@@ -437,7 +442,8 @@ class VictimIndex:
         """Ids of promoted runs whose promotion protects them (``protected``: all promoted runs, or with
         ``starvation_guard_protects_runs: within_nominal`` the earliest that fit the queue's nominal quota)."""
         self.young: set[str] = set()
-        """Ids of runs within ``preemption.min_runtime_s`` of their start: spared like promoted runs."""
+        """Ids of runs within ``preemption.min_runtime_s`` of their start, or of jobs preempted at least
+        ``preemption.spare_after_preemptions`` times before: spared like promoted runs."""
         self.reclaim_young: set[str] = set()
         """Ids of runs within the reclaim minimum runtime of their start: spared reclaim."""
         for e in entries:
@@ -450,7 +456,8 @@ class VictimIndex:
             if e.aged and aged_level is not None:
                 level = min(level, aged_level)
             self.levels[e.id] = level
-            if min_runtime_s is not None and now - e.start < min_runtime_s:
+            young = min_runtime_s is not None and now - e.start < min_runtime_s
+            if young or (spare_after_preemptions is not None and e.preempted_before >= spare_after_preemptions):
                 self.young.add(e.id)
             if reclaim_min_runtime_s is not None and now - e.start < reclaim_min_runtime_s:
                 self.reclaim_young.add(e.id)

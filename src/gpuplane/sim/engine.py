@@ -343,7 +343,9 @@ class Simulation:
         if record.version == event.version and record.end is None:
             self._queue_cycle(now)
 
-    def _workload(self, job: TraceJob, tier: str | None, checkpoint_s: float | None, attained: float) -> Workload:
+    def _workload(
+        self, job: TraceJob, tier: str | None, checkpoint_s: float | None, attained: float, preemptions: int = 0
+    ) -> Workload:
         pools = self.pools.allowed_pools(job)
         return Workload(
             id=job.id,
@@ -356,6 +358,7 @@ class Simulation:
             estimated_duration_s=self.estimator.estimate(job) if self.estimator else None,
             checkpoint_interval_s=checkpoint_s,
             attained_gpu_s=attained if self.rechecks.levels else 0.0,
+            preemptions=preemptions,
         )
 
     def _start(self, record: JobRecord, placement: Placement, now: float) -> None:
@@ -404,8 +407,10 @@ class Simulation:
         record.preemptions += 1
         self.meters.pending_gpus += record.job.gpus
         self.guarantees.asked(record.job.team, asked_gpus(record.workload), now)
-        if self.rechecks.levels:
-            record.workload = self._workload(record.job, record.tier, record.checkpoint_s, record.attained)
+        if self.rechecks.levels or self.index.policy.scheduling.preemption.spare_after_preemptions is not None:
+            record.workload = self._workload(
+                record.job, record.tier, record.checkpoint_s, record.attained, record.preemptions
+            )
         self._queue_promotion(record, now)
         return (record.lost_s - lost_before) * record.gpus
 

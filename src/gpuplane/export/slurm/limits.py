@@ -50,6 +50,13 @@ def slurm_warnings(view: PolicyView, bundle: ExportBundle, share_replicas: int) 
             "sched/backfill reserves for the highest-priority blocked jobs (EASY-like)",
             "approximated",
         )
+    if scheduling.preemption.spare_after_preemptions is not None:
+        bundle.warn(
+            "scheduling.preemption.spare_after_preemptions",
+            "sparing jobs preempted often",
+            "Slurm does not count a job's earlier preemptions when it picks victims",
+            "dropped",
+        )
     if scheduling.preemption.reclaim_min_runtime_s:
         bundle.warn(
             "scheduling.preemption.reclaim_min_runtime_s",

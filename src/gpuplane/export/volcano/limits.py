@@ -62,6 +62,13 @@ def _preemption(view: PolicyView, bundle: ExportBundle) -> None:
                 "Volcano may preempt or reclaim a job as soon as it runs",
                 "dropped",
             )
+    if preemption.spare_after_preemptions is not None:
+        bundle.warn(
+            "scheduling.preemption.spare_after_preemptions",
+            "sparing jobs preempted often",
+            "Volcano does not count a job's earlier preemptions when it picks victims",
+            "dropped",
+        )
     tiers = sorted(view.policy.priorities, key=lambda t: t.value)
     for tier in tiers:
         lower = {t.name for t in tiers if t.value < tier.value}
