@@ -37,6 +37,7 @@ from gpuplane.live.reconcile import (
     checkpoint_due,
     decision_intents,
     exit_message,
+    in_policy_order,
     lost_node_intents,
     run_intents,
     wait_intents,
@@ -323,11 +324,15 @@ class ControlPlane:
     def _observe(self) -> Observation:
         """The tick's observation: statuses, nodes, time, and the checkpoint times due for a refresh."""
         statuses = self.engine.statuses()
-        nodes = self.node_provider.nodes()
+        nodes = self._nodes()
         now = self.clock()
         with self.lock:
             due = checkpoint_due(self.jobs.values(), statuses, self.state.checkpoint_checked, now)
         return Observation(now, statuses, nodes, {job_id: self.engine.last_checkpoint_time(job_id) for job_id in due})
+
+    def _nodes(self) -> list[ClusterNode]:
+        """The provider's nodes in the policy's order (``reconcile.in_policy_order``)."""
+        return in_policy_order(self.node_provider.nodes(), [pool.name for pool in self.policy.pools])
 
     def _decide(self, snapshot: ClusterSnapshot, report: TickReport) -> CycleResult:
         started = self.timer()

@@ -8,7 +8,7 @@ the scheduler's ``CycleResult`` into admissions, preemptions, wait-reason change
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,14 @@ def _judge_unreported(job: JobRecord, reported: bool, now: float, grace_s: float
     if job.state is JobState.PREEMPTING and not reported:
         return Requeue(job.id, "requeued_after_preemption")
     return None
+
+
+def in_policy_order(nodes: Iterable[ClusterNode], pools: Sequence[str]) -> list[ClusterNode]:
+    """The nodes in the policy's pool order, then by name (as ``policy.nodes.pool_nodes`` lists them), so the
+    scheduler sees them in the simulator's order whatever order the cluster lists them in (best-fit ties go to
+    the first node)."""
+    rank = {pool: index for index, pool in enumerate(pools)}
+    return sorted(nodes, key=lambda n: (rank.get(n.pool, len(rank)), n.name))
 
 
 def checkpoint_due(

@@ -224,7 +224,7 @@ class ShadowPlane(ControlPlane):
     def tick(self) -> TickReport:
         """Observe, decide with the core, apply to the shadow's records only, persist the events."""
         runs = self.observer.runs() if self.observer is not None else []
-        nodes = self.node_provider.nodes()
+        nodes = self._nodes()
         now = self.clock()
         self._mirror(runs, now)
         report = TickReport(now)

@@ -5,9 +5,11 @@ A ``Step`` is one decision or outcome at a time of the replay's clock: a job adm
 finished (succeeded or failed). Within one instant steps are ordered as both runtimes handle them: finishes,
 then node losses, then the scheduling cycle's preemptions and admissions in the order the scheduler decided.
 
-Wait reasons are compared per job as the sequence of codes each job waited under, without their times: the
-simulator decides again only when an event comes, the live plane at every tick of an instant, so a job
-requeued by a preemption may get its wait reason recorded at a different time (never a different code).
+Wait reasons are compared per job as the reason each of its waits ended with (the last code before each
+admission, and the one it still waits for at the end): the live plane decides again at every tick of an
+instant, the simulator only when an event comes, so the live plane may record a passing reason between two
+ticks of one instant (a job requeued by a preemption, a job that saw the work admitted before it start) that
+the simulator never sees; the reason a wait ends with is decided on the same state by both.
 """
 
 from __future__ import annotations
@@ -41,16 +43,29 @@ class Step:
 
 @dataclass(slots=True)
 class Trail:
-    """A runtime's replay: its steps in order and each job's wait reasons in order."""
+    """A runtime's replay: its steps and, per job, the reason each of its waits ended with."""
 
     steps: list[Step] = field(default_factory=list)
-    waits: dict[str, list[str]] = field(default_factory=dict)
+    _ended: dict[str, list[str]] = field(default_factory=dict)
+    _waiting: dict[str, str] = field(default_factory=dict)
+
+    def add(self, step: Step) -> None:
+        """Record ``step``; an admission ends the job's current wait."""
+        self.steps.append(step)
+        if step.kind == "admit" and step.job in self._waiting:
+            self._ended.setdefault(step.job, []).append(self._waiting.pop(step.job))
 
     def wait(self, job: str, code: str) -> None:
-        """``job`` now waits for ``code`` (repeats of the same code are one wait)."""
-        codes = self.waits.setdefault(job, [])
-        if not codes or codes[-1] != code:
-            codes.append(code)
+        """``job`` now waits for ``code``."""
+        self._waiting[job] = code
+
+    @property
+    def waits(self) -> dict[str, list[str]]:
+        """Per job that waited, the reason each wait ended with (the last one: what it still waits for)."""
+        out = {job: list(codes) for job, codes in self._ended.items()}
+        for job, code in self._waiting.items():
+            out.setdefault(job, []).append(code)
+        return out
 
     def ordered(self) -> list[Step]:
         """The steps in time order, each instant's steps in the order both runtimes handle them."""

@@ -228,13 +228,13 @@ def _read(event: EventRecord, trail: Trail, losses: set[float]) -> None:
         trail.wait(event.subject, reason)
     elif "placement" in details and "attempt" in details:
         pods = [(p["node"], p["gpus"]) for p in details["placement"]["pods"]]
-        trail.steps.append(Step(event.time, "admit", event.subject, reason, placement_text(pods)))
+        trail.add(Step(event.time, "admit", event.subject, reason, placement_text(pods)))
     elif reason.startswith("preempted_"):
-        trail.steps.append(Step(event.time, "preempt", event.subject, reason))
+        trail.add(Step(event.time, "preempt", event.subject, reason))
     elif reason == "node_lost" or (reason == "lost" and event.time in losses):
-        trail.steps.append(Step(event.time, "stop", event.subject, "node_lost"))
+        trail.add(Step(event.time, "stop", event.subject, "node_lost"))
     elif reason in (JobState.SUCCEEDED.value, JobState.FAILED.value):
-        trail.steps.append(Step(event.time, "finish", event.subject, reason))
+        trail.add(Step(event.time, "finish", event.subject, reason))
 
 
 def _shape(job: Submission, pools: PoolTable) -> tuple[int, int]:

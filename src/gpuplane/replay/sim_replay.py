@@ -48,12 +48,10 @@ def simulate_script(script: ReplayScript) -> Trail:
     def on_cycle(now: float, result: CycleResult) -> None:
         for decision in result.decided:
             if decision.kind is DecisionKind.PREEMPT:
-                trail.steps.append(Step(now, "preempt", decision.workload_id, decision.reason.code.value))
+                trail.add(Step(now, "preempt", decision.workload_id, decision.reason.code.value))
             elif decision.kind is DecisionKind.ADMIT and decision.placement is not None:
                 pods = [(p.node, p.gpus) for p in decision.placement.pods]
-                trail.steps.append(
-                    Step(now, "admit", decision.workload_id, decision.reason.code.value, placement_text(pods))
-                )
+                trail.add(Step(now, "admit", decision.workload_id, decision.reason.code.value, placement_text(pods)))
 
     def on_event(event: SchedulingEvent) -> None:
         if event.job is None:
@@ -61,10 +59,10 @@ def simulate_script(script: ReplayScript) -> Trail:
         if event.kind is EventKind.WAIT:
             trail.wait(event.job, event.reason)
         elif event.kind is EventKind.PREEMPT and event.reason == NODE_LOST:
-            trail.steps.append(Step(event.time, "stop", event.job, NODE_LOST))
+            trail.add(Step(event.time, "stop", event.job, NODE_LOST))
         elif event.kind is EventKind.FINISH:
             outcome = str(event.figures.get("outcome"))
-            trail.steps.append(Step(event.time, "finish", event.job, outcome))
+            trail.add(Step(event.time, "finish", event.job, outcome))
 
     policy = script.policy
     nodes = [node for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
