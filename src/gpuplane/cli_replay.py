@@ -14,6 +14,8 @@ from rich.table import Table
 
 from gpuplane.cli_args import Parser
 from gpuplane.replay.decisions import Comparison, Step
+from gpuplane.replay.script import ReplayScript
+from gpuplane.replay.service_load import ReplicaAgreement
 
 EXIT_DIFFERENT = 1
 EXIT_INVALID = 2
@@ -39,15 +41,62 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
             live = replay_live(script, lambda text: status.update(text))
     comparison = Comparison(
         simulated.ordered(),
-        None if live is None else live.ordered(),
+        None if live is None else live.trail.ordered(),
         simulated.waits,
-        None if live is None else live.waits,
+        None if live is None else live.trail.waits,
     )
-    console.print(decisions_table(comparison, str(args.script)))
-    _print_verdict(comparison, console)
+    agreements = replica_agreements(script, None if live is None else live.samples)
+    if comparison.simulated or comparison.live:
+        console.print(decisions_table(comparison, str(args.script)))
+        _print_verdict(comparison, console)
+    if agreements:
+        console.print(replicas_table(agreements))
     if args.json:
-        Path(args.json).write_text(json.dumps(comparison.to_dict(), indent=2))
-    return EXIT_DIFFERENT if live is not None and not comparison.identical else 0
+        document = {**comparison.to_dict(), "services": [a.to_dict() for a in agreements]}
+        Path(args.json).write_text(json.dumps(document, indent=2))
+    differs = not comparison.identical or any(a.agrees is False for a in agreements)
+    return EXIT_DIFFERENT if live is not None and differs else 0
+
+
+def replica_agreements(
+    script: ReplayScript, samples: dict[str, list[tuple[float, int, int]]] | None
+) -> list[ReplicaAgreement]:
+    """Per loaded service, the simulator's ready replicas (given the live run's measured replica startup when
+    there is one) beside the live plane's."""
+    from gpuplane.replay.service_load import measured_startup, simulate_load, timeline_of
+
+    out = []
+    for stretch in script.loads():
+        spec = next(s for s in script.policy.services if s.name == stretch.service)
+        if samples is None:
+            out.append(ReplicaAgreement(simulate_load(script, stretch), None))
+            continue
+        mine = [x for x in samples.get(stretch.service, []) if stretch.start <= x[0] <= stretch.end]
+        startup = measured_startup(mine, spec.replica_startup_s)
+        live = timeline_of(stretch.service, stretch.start, stretch.end, mine)
+        out.append(ReplicaAgreement(simulate_load(script, stretch, startup), live, startup))
+    return out
+
+
+def replicas_table(agreements: list[ReplicaAgreement]) -> Table:
+    """Peak ready replicas and ready replica-seconds per service, in each runtime, with the verdict."""
+    table = Table(title="service replicas (tolerance: peak within 1, replica-seconds within 30 %)")
+    for column in ("service", "simulator peak", "simulator replica-s", "live peak", "live replica-s", ""):
+        table.add_column(column, justify="left" if column == "service" else "right")
+    for agreement in agreements:
+        sim, live = agreement.simulated, agreement.live
+        verdict = (
+            "" if agreement.agrees is None else "[green]agree[/green]" if agreement.agrees else "[red]differ[/red]"
+        )
+        table.add_row(
+            sim.service,
+            str(sim.peak),
+            f"{sim.replica_s:g}",
+            "—" if live is None else str(live.peak),
+            "—" if live is None else f"{live.replica_s:g}",
+            verdict,
+        )
+    return table
 
 
 def decisions_table(comparison: Comparison, title: str) -> Table:
@@ -88,9 +137,9 @@ def _step_text(step: Step | None) -> str:
 def _print_verdict(comparison: Comparison, console: Console) -> None:
     waits = comparison.live_waits if comparison.live_waits is not None else comparison.sim_waits
     source = "live plane" if comparison.live_waits is not None else "simulator"
-    console.print(
-        f"wait reasons ({source}): " + "; ".join(f"{job}: {' → '.join(codes)}" for job, codes in waits.items())
-    )
+    listed = "; ".join(f"{job}: {' → '.join(codes)}" for job, codes in waits.items())
+    if listed:
+        console.print(f"wait reasons ({source}, the reason each wait ended with): {listed}")
     if comparison.live is None:
         return
     if comparison.identical:

@@ -27,7 +27,7 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "replay" / "preemption.yaml"
 def test_the_live_plane_makes_the_simulators_decisions_on_the_example_script() -> None:
     script = load_script(EXAMPLE)
     simulated = simulate_script(script)
-    live = replay_live(script)
+    live = replay_live(script).trail
     comparison = Comparison(simulated.ordered(), live.ordered(), simulated.waits, live.waits)
     rows = [f"{a.key()} | {b.key()}" for a, b in zip(comparison.simulated, comparison.live or [], strict=False)]
     assert comparison.first_difference is None, "\n".join(rows)

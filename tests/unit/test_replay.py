@@ -28,7 +28,7 @@ def write(tmp_path: Path, body: str) -> Path:
         ("  - {at: 0, submit: {id: a, team: nobody, gpus: 1, runs_for: 5}}\n", "events[0].submit.team: unknown team"),
         ("  - {at: 0, submit: {id: a, team: research, gpus: 1}}\n", "events.0.submit.runs_for: Field required"),
         ("  - {at: 0, lose_node: train-0009}\n", "events[0].lose_node: 'train-0009' is not a node"),
-        ("  - {at: 0}\n", "give exactly one of submit or lose_node"),
+        ("  - {at: 0}\n", "give exactly one of submit, lose_node or load"),
         (
             "  - {at: 0, submit: {id: a, team: research, gpus: 1, runs_for: 5, exit_code: 2}}\n",
             "exit_code is for a job that ends: failed",
@@ -111,3 +111,32 @@ def test_replay_command_prints_the_simulators_decisions_and_refuses_a_bad_script
     bad = write(tmp_path, "  - {at: 0, lose_node: nowhere}\n")
     assert main(["replay", str(bad)]) == 2
     assert "lose_node" in capsys.readouterr().err
+
+
+def test_a_services_loads_must_follow_one_another_and_name_a_declared_service(tmp_path: Path) -> None:
+    gap = write(
+        tmp_path,
+        "  - {at: 0, load: {service: chat, rps: 5, for_s: 10}}\n"
+        "  - {at: 12, load: {service: chat, rps: 5, for_s: 10}}\n",
+    )
+    with pytest.raises(ScriptError, match=r"events\[1\]\.at: the load of 'chat' before this one ends at 10"):
+        load_script(gap)
+    unknown = write(tmp_path, "  - {at: 0, load: {service: nope, rps: 5, for_s: 10}}\n")
+    with pytest.raises(ScriptError, match=r"events\[0\]\.load\.service: unknown service 'nope'"):
+        load_script(unknown)
+
+
+def test_the_load_is_one_seeded_stretch_per_service_and_the_simulator_scales_for_it() -> None:
+    from gpuplane.replay.service_load import simulate_load
+
+    script = load_script(EXAMPLES / "service-load.yaml")
+    (stretch,) = script.loads()
+    again = load_script(EXAMPLES / "service-load.yaml").loads()[0]
+    assert stretch.service == "chat" and (stretch.start, stretch.end) == (5.0, 70.0)
+    assert (stretch.arrivals == again.arrivals).all(), "the same arrivals for both runtimes"
+    assert stretch.arrivals.min() >= 5.0 and stretch.arrivals.max() < 70.0
+    busy = ((stretch.arrivals >= 20) & (stretch.arrivals < 50)).sum() / 30
+    assert 15 < busy < 30, f"about 22 requests/s in the busy phase, got {busy:.1f}"
+    timeline = simulate_load(script, stretch)
+    assert timeline.ready.size == 65 and timeline.peak >= 3
+    assert set(timeline.ready[2:14]) == {1}, "the light phase runs on min_replicas"

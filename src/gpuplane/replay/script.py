@@ -9,12 +9,17 @@ events:
     submit: {id: hot-fix, team: research, gpus: 8, priority: urgent, runs_for: 10, ends: failed, exit_code: 3}
   - at: 20
     lose_node: train-0001
+  - at: 30                     # requests to a service of the policy, Poisson arrivals at rps for for_s seconds
+    load: {service: chat, rps: 20, for_s: 30, request_s: 0.04}
 ```
 
 A job's finish or failure is part of its submission: it ends (``ends``: succeeded, or failed with
 ``exit_code``) once it has run ``runs_for`` seconds, since when it starts is the scheduler's decision. A
 preempted job or one whose node was lost starts its run over (no checkpoint). ``lose_node`` takes a node of the
-policy's initial cluster (each pool's ``min_nodes``, named ``<pool>-<n>``) away for good.
+policy's initial cluster (each pool's ``min_nodes``, named ``<pool>-<n>``) away for good. ``load`` offers a
+service declared in the policy requests at ``rps`` (Poisson arrivals, seeded by the script's ``seed``) for
+``for_s`` seconds, each holding a replica for ``request_s``; a service's loads follow one another without a
+gap (one stretch of load per service), and the service is deployed at its ``min_replicas`` before it starts.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -58,25 +64,49 @@ class Submission(BaseModel):
         return self
 
 
+class Load(BaseModel):
+    """Requests offered to a service for a while."""
+
+    model_config = ConfigDict(extra="forbid")
+    service: str
+    rps: float = Field(ge=0, le=500)
+    for_s: float = Field(gt=0, le=3600)
+    request_s: float = Field(0.04, gt=0, le=10)
+
+
 class ScriptEvent(BaseModel):
-    """One timed event: exactly one of ``submit`` and ``lose_node``."""
+    """One timed event: exactly one of ``submit``, ``lose_node`` and ``load``."""
 
     model_config = ConfigDict(extra="forbid")
     at: float = Field(ge=0, le=86400)
     submit: Submission | None = None
     lose_node: str | None = None
+    load: Load | None = None
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ScriptEvent:
-        if (self.submit is None) == (self.lose_node is None):
-            raise ValueError("give exactly one of submit or lose_node")
+        if sum(x is not None for x in (self.submit, self.lose_node, self.load)) != 1:
+            raise ValueError("give exactly one of submit, lose_node or load")
         return self
 
 
 class _Document(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policy: str
+    seed: int = 0
     events: list[ScriptEvent] = Field(min_length=1, max_length=10000)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStretch:
+    """One service's load from start to end: request arrival times (seconds of the replay's clock) and the
+    seconds each request holds its replica."""
+
+    service: str
+    start: float
+    end: float
+    arrivals: np.ndarray
+    request_s: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +116,7 @@ class ReplayScript:
     path: Path
     policy: PolicySpec
     events: tuple[ScriptEvent, ...]
+    seed: int = 0
 
     @property
     def submissions(self) -> list[tuple[float, Submission]]:
@@ -96,6 +127,39 @@ class ReplayScript:
     def node_losses(self) -> list[tuple[float, str]]:
         """Every node loss with its time."""
         return [(e.at, e.lose_node) for e in self.events if e.lose_node is not None]
+
+    @property
+    def job_events(self) -> list[ScriptEvent]:
+        """The submissions and node losses, in time order."""
+        return [e for e in self.events if e.load is None]
+
+    def loads(self) -> list[LoadStretch]:
+        """Each loaded service's stretch of load, its arrivals drawn from the script's seed (the same arrays
+        for both runtimes)."""
+        by_service: dict[str, list[ScriptEvent]] = {}
+        for event in self.events:
+            if event.load is not None:
+                by_service.setdefault(event.load.service, []).append(event)
+        out = []
+        for index, (service, events) in enumerate(sorted(by_service.items())):
+            rng = np.random.default_rng([self.seed, index])
+            arrivals: list[float] = []
+            holds: list[float] = []
+            for event in events:
+                assert event.load is not None
+                t, end = event.at, event.at + event.load.for_s
+                while event.load.rps > 0:
+                    t += float(rng.exponential(1.0 / event.load.rps))
+                    if t >= end:
+                        break
+                    arrivals.append(t)
+                    holds.append(event.load.request_s)
+            last = events[-1]
+            assert last.load is not None
+            out.append(
+                LoadStretch(service, events[0].at, last.at + last.load.for_s, np.array(arrivals), np.array(holds))
+            )
+        return out
 
 
 def load_script(path: str | Path) -> ReplayScript:
@@ -120,7 +184,7 @@ def load_script(path: str | Path) -> ReplayScript:
         policy = load_policy(str(policy_path))
     except PolicyError as exc:
         raise ScriptError(f"{path}: policy: {exc}") from exc
-    script = ReplayScript(path, policy, tuple(sorted(document.events, key=lambda e: e.at)))
+    script = ReplayScript(path, policy, tuple(sorted(document.events, key=lambda e: e.at)), document.seed)
     _check_against_policy(script)
     return script
 
@@ -135,6 +199,8 @@ def _check_against_policy(script: ReplayScript) -> None:
     teams = {t.name for t in script.policy.teams}
     tiers = {p.name for p in script.policy.priorities}
     nodes = {name for _, name in initial_nodes(script.policy)}
+    services = {s.name for s in script.policy.services}
+    ends: dict[str, float] = {}
     ids: set[str] = set()
     for index, event in enumerate(script.events):
         at = f"{where}: events[{index}]"
@@ -149,6 +215,16 @@ def _check_against_policy(script: ReplayScript) -> None:
                 raise ScriptError(
                     f"{at}.submit.priority: unknown tier '{job.priority}'; the policy has {sorted(tiers)}"
                 )
+        elif event.load is not None:
+            name = event.load.service
+            if name not in services:
+                raise ScriptError(f"{at}.load.service: unknown service '{name}'; the policy has {sorted(services)}")
+            if name in ends and abs(ends[name] - event.at) > 1e-9:
+                raise ScriptError(
+                    f"{at}.at: the load of '{name}' before this one ends at {ends[name]:g}; a service's loads follow "
+                    f"one another without a gap or overlap (start this one at {ends[name]:g})"
+                )
+            ends[name] = event.at + event.load.for_s
         elif event.lose_node not in nodes:
             raise ScriptError(
                 f"{at}.lose_node: '{event.lose_node}' is not a node of the initial cluster; it has {sorted(nodes)}"
