@@ -137,7 +137,7 @@ def _step_text(step: Step | None) -> str:
 def _print_verdict(comparison: Comparison, console: Console) -> None:
     waits = comparison.live_waits if comparison.live_waits is not None else comparison.sim_waits
     source = "live plane" if comparison.live_waits is not None else "simulator"
-    listed = "; ".join(f"{job}: {' → '.join(codes)}" for job, codes in waits.items())
+    listed = "; ".join(f"{job}: {' → '.join(c or '—' for c in codes)}" for job, codes in waits.items())
     if listed:
         console.print(f"wait reasons ({source}, the reason each wait ended with): {listed}")
     if comparison.live is None:

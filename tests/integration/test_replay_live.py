@@ -34,3 +34,22 @@ def test_the_live_plane_makes_the_simulators_decisions_on_the_example_script() -
     assert comparison.wait_differences == {}
     kinds = {s.kind for s in comparison.simulated}
     assert kinds == {"admit", "preempt", "stop", "finish"}, "the example exercises every kind of step"
+
+
+def test_replica_counts_under_a_services_load_agree_within_the_tolerance_and_jobs_decide_alike() -> None:
+    from gpuplane.replay.service_load import measured_startup, simulate_load, timeline_of
+
+    script = load_script(EXAMPLE.parent / "service-load.yaml")
+    simulated = simulate_script(script)
+    result = replay_live(script)
+    comparison = Comparison(simulated.ordered(), result.trail.ordered(), simulated.waits, result.trail.waits)
+    assert comparison.identical, comparison.to_dict()
+    (stretch,) = script.loads()
+    samples = [x for x in result.samples["chat"] if stretch.start <= x[0] <= stretch.end]
+    startup = measured_startup(samples, 2.0)
+    sim = simulate_load(script, stretch, startup)
+    live = timeline_of("chat", stretch.start, stretch.end, samples)
+    print(f"\nsimulated peak {sim.peak}, {sim.replica_s:g} replica-s; live peak {live.peak}, {live.replica_s:g}")
+    assert sim.peak >= 3, "the load scales the service: the comparison is not of two idle fleets"
+    assert abs(live.peak - sim.peak) <= 1
+    assert abs(live.replica_s - sim.replica_s) <= 0.3 * sim.replica_s

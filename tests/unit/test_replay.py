@@ -140,3 +140,17 @@ def test_the_load_is_one_seeded_stretch_per_service_and_the_simulator_scales_for
     timeline = simulate_load(script, stretch)
     assert timeline.ready.size == 65 and timeline.peak >= 3
     assert set(timeline.ready[2:14]) == {1}, "the light phase runs on min_replicas"
+
+
+def test_a_wait_one_runtime_recorded_no_reason_for_is_not_compared() -> None:
+    sim, live = Trail(), Trail()
+    for trail in (sim, live):
+        trail.add(Step(0, "admit", "x", "admitted_borrowing", "n:0"))
+    live.wait("x", "cohort_quota_exhausted")
+    for trail in (sim, live):
+        trail.add(Step(45, "admit", "x", "admitted_borrowing", "n:0"))
+    assert sim.waits == {} and live.waits == {"x": [None, "cohort_quota_exhausted"]}
+    assert Comparison(sim.ordered(), live.ordered(), sim.waits, live.waits).identical
+    sim.wait("x", "insufficient_capacity")
+    live.wait("x", "reserved")
+    assert not Comparison(sim.ordered(), live.ordered(), sim.waits, live.waits).identical

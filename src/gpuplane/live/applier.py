@@ -98,6 +98,8 @@ class Committed:
 
     events: list[EventRecord]
     commands: Commands
+    jobs_changed: bool = False
+    """Whether a job was submitted or changed (the control loop then ticks at once)."""
 
 
 class Applier:
@@ -142,6 +144,7 @@ class Batch:
         self._nodes: list[tuple[NodeRecord, EventRecord]] = []
         self._services: list[tuple[ServiceRecord, EventRecord]] = []
         self._plain_events: list[EventRecord] = []
+        self._submitted = False
         self.commands = Commands()
 
     def apply(self, intents: Iterable[Intent]) -> Batch:
@@ -163,7 +166,7 @@ class Batch:
             store.add_events(self._plain_events)
         job_events = list(self.events)
         node_events = [e for _, e in self._nodes] + [e for _, e in self._services] + self._plain_events
-        return Committed(job_events + node_events, self.commands)
+        return Committed(job_events + node_events, self.commands, bool(self._changed) or self._submitted)
 
     def _apply_one(self, intent: Intent) -> None:
         handler = _HANDLERS[type(intent)]
@@ -274,6 +277,7 @@ class Batch:
         event = EventRecord(0, self._a.clock(), "job", job.id, job.team, "submitted", {"gpus": gpus_asked(job)})
         self._a.store.add_job(job, event)
         self._s.jobs[job.id] = job
+        self._submitted = True
 
     def _cancel(self, intent: Cancel) -> None:
         job = self._s.jobs[intent.job_id]

@@ -137,7 +137,7 @@ class ControlPlane:
         with self.lock:
             committed = self.applier.batch().apply(intents).commit()
         self._carry_out(committed.commands)
-        if committed.commands.signals or committed.commands.starts:
+        if committed.jobs_changed:
             self.wake.set()
         return committed.events
 

@@ -9,7 +9,9 @@ Wait reasons are compared per job as the reason each of its waits ended with (th
 admission, and the one it still waits for at the end): the live plane decides again at every tick of an
 instant, the simulator only when an event comes, so the live plane may record a passing reason between two
 ticks of one instant (a job requeued by a preemption, a job that saw the work admitted before it start) that
-the simulator never sees; the reason a wait ends with is decided on the same state by both.
+the simulator never sees; the reason a wait ends with is decided on the same state by both. A wait one runtime
+recorded no reason for (``None``: the simulator ran no cycle while a preempted job waited, since nothing
+changed until the event that let it start again) is not compared.
 """
 
 from __future__ import annotations
@@ -46,26 +48,27 @@ class Trail:
     """A runtime's replay: its steps and, per job, the reason each of its waits ended with."""
 
     steps: list[Step] = field(default_factory=list)
-    _ended: dict[str, list[str]] = field(default_factory=dict)
+    _ended: dict[str, list[str | None]] = field(default_factory=dict)
     _waiting: dict[str, str] = field(default_factory=dict)
 
     def add(self, step: Step) -> None:
-        """Record ``step``; an admission ends the job's current wait."""
+        """Record ``step``; an admission ends the job's current wait (``None`` when no reason was recorded)."""
         self.steps.append(step)
-        if step.kind == "admit" and step.job in self._waiting:
-            self._ended.setdefault(step.job, []).append(self._waiting.pop(step.job))
+        if step.kind == "admit":
+            self._ended.setdefault(step.job, []).append(self._waiting.pop(step.job, None))
 
     def wait(self, job: str, code: str) -> None:
         """``job`` now waits for ``code``."""
         self._waiting[job] = code
 
     @property
-    def waits(self) -> dict[str, list[str]]:
-        """Per job that waited, the reason each wait ended with (the last one: what it still waits for)."""
+    def waits(self) -> dict[str, list[str | None]]:
+        """Per job, the reason each of its waits ended with (the last one: what it still waits for); jobs that
+        never had a reason recorded are left out."""
         out = {job: list(codes) for job, codes in self._ended.items()}
         for job, code in self._waiting.items():
             out.setdefault(job, []).append(code)
-        return out
+        return {job: codes for job, codes in out.items() if any(c is not None for c in codes)}
 
     def ordered(self) -> list[Step]:
         """The steps in time order, each instant's steps in the order both runtimes handle them."""
@@ -85,8 +88,8 @@ class Comparison:
 
     simulated: list[Step]
     live: list[Step] | None
-    sim_waits: dict[str, list[str]]
-    live_waits: dict[str, list[str]] | None
+    sim_waits: dict[str, list[str | None]]
+    live_waits: dict[str, list[str | None]] | None
 
     @property
     def first_difference(self) -> int | None:
@@ -101,16 +104,17 @@ class Comparison:
         return None
 
     @property
-    def wait_differences(self) -> dict[str, tuple[list[str], list[str]]]:
-        """Per job whose wait reasons differ: (simulated, live)."""
+    def wait_differences(self) -> dict[str, tuple[list[str | None], list[str | None]]]:
+        """Per job whose wait reasons differ (a wait without a recorded reason in one runtime is not compared):
+        (simulated, live)."""
         if self.live_waits is None:
             return {}
-        jobs = set(self.sim_waits) | set(self.live_waits)
-        return {
-            job: (self.sim_waits.get(job, []), self.live_waits.get(job, []))
-            for job in sorted(jobs)
-            if self.sim_waits.get(job, []) != self.live_waits.get(job, [])
-        }
+        out = {}
+        for job in sorted(set(self.sim_waits) | set(self.live_waits)):
+            sim, live = self.sim_waits.get(job, []), self.live_waits.get(job, [])
+            if not _same_waits(sim, live):
+                out[job] = (sim, live)
+        return out
 
     @property
     def identical(self) -> bool:
@@ -128,3 +132,13 @@ class Comparison:
             "first_difference": self.first_difference,
             "wait_differences": {job: {"simulated": a, "live": b} for job, (a, b) in self.wait_differences.items()},
         }
+
+
+def _same_waits(a: list[str | None], b: list[str | None]) -> bool:
+    """Equal wait by wait, a wait without a recorded reason on either side matching any; a job one runtime
+    recorded no reason for at all matches too (its waits' count is then unknown on that side)."""
+    if not a or not b:
+        return True
+    if len(a) != len(b):
+        return False
+    return all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
