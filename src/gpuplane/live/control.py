@@ -54,8 +54,6 @@ from gpuplane.scheduler.explain import explain_dict
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
 
-__all__ = ["ControlPlane", "SubmitError", "TickReport", "exit_message"]
-
 log = logging.getLogger("gpuplane.live")
 
 
@@ -79,8 +77,6 @@ class TickReport:
     running: int = 0
     decide_s: float = 0.0
     events: list[EventRecord] = field(default_factory=list)
-    result: CycleResult | None = None
-    """The scheduler's cycle (for replays that compare its decisions)."""
 
 
 class ControlPlane:
@@ -338,7 +334,6 @@ class ControlPlane:
         started = self.timer()
         result = schedule(self.index, snapshot)
         report.decide_s = self.timer() - started
-        report.result = result
         self.last_result = result
         return result
 
