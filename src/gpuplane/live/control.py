@@ -344,7 +344,7 @@ class ControlPlane:
         report.preempted = len(decided) - report.admitted
         batch.apply(decided)
         self._observe_pending_waits(report.now)
-        batch.apply(wait_intents(result))
+        batch.apply(wait_intents(result, self.jobs))
 
     def _carry_out(self, commands: Commands) -> None:
         """Tell the engine what to stop, signal and start, and the node autoscaler what to order and remove; a

@@ -8,6 +8,7 @@ it changes the records, writes the store and tells the engine and the node provi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +102,7 @@ class RecordWait:
 
     job_id: str
     code: str
-    details: dict[str, Any]
+    details: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,18 +164,25 @@ def decision_intents(result: CycleResult, jobs: Mapping[str, JobRecord]) -> list
     return out
 
 
-def wait_intents(result: CycleResult) -> list[JobIntent]:
-    """Each pending job's wait reason this cycle (the applier records the ones that changed)."""
-    out: list[JobIntent] = [
-        RecordWait(d.workload_id, d.reason.code.value, dict(d.reason.details))
-        for d in result.decided
-        if d.kind is DecisionKind.WAIT
-    ]
+def wait_intents(result: CycleResult, jobs: Mapping[str, JobRecord]) -> list[JobIntent]:
+    """The pending jobs whose wait reason changed this cycle (their new code with the decision's figures), then
+    the reservations backfill keeps."""
+    out: list[JobIntent] = []
+    for decision in result.decided:
+        if decision.kind is DecisionKind.WAIT:
+            code = decision.reason.code.value
+            if _wait_changed(jobs.get(decision.workload_id), code):
+                out.append(RecordWait(decision.workload_id, code, decision.reason.details))
+    blocked = ReasonCode.BLOCKED_BY_QUEUE_HEAD.value
     for workload_id, head, position in result.blocked_tail:
-        details = {"head": head, "position": position}
-        out.append(RecordWait(workload_id, ReasonCode.BLOCKED_BY_QUEUE_HEAD.value, details))
+        if _wait_changed(jobs.get(workload_id), blocked):
+            out.append(RecordWait(workload_id, blocked, {"head": head, "position": position}))
     out.extend(MarkReserved(view.workload_id) for view in result.reservations)
     return out
+
+
+def _wait_changed(job: JobRecord | None, code: str) -> bool:
+    return job is not None and job.state is JobState.PENDING and job.wait_reason != code
 
 
 def exit_message(code: int | None) -> str:

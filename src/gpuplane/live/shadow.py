@@ -245,7 +245,7 @@ class ShadowPlane(ControlPlane):
             batch.apply(
                 Requeue(i.job_id, "requeued_after_preemption", requeue) for i in decided if isinstance(i, Preempt)
             )
-            batch.apply(wait_intents(result))
+            batch.apply(wait_intents(result, self.jobs))
             report.pending = len(snapshot.pending)
             report.running = sum(1 for j in self.jobs.values() if j.state.holds_gpus)
             report.events = batch.commit().events
