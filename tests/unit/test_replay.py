@@ -154,3 +154,15 @@ def test_a_wait_one_runtime_recorded_no_reason_for_is_not_compared() -> None:
     sim.wait("x", "insufficient_capacity")
     live.wait("x", "reserved")
     assert not Comparison(sim.ordered(), live.ordered(), sim.waits, live.waits).identical
+
+
+def test_a_json_script_replays_like_its_yaml(tmp_path: Path) -> None:
+    import json
+
+    import yaml
+
+    document = yaml.safe_load((EXAMPLES / "preemption.yaml").read_text())
+    (tmp_path / "policy.yaml").write_text((EXAMPLES / "policy.yaml").read_text())
+    (tmp_path / "script.json").write_text(json.dumps(document))
+    from_json = simulate_script(load_script(tmp_path / "script.json"))
+    assert from_json.ordered() == simulate_script(load_script(EXAMPLES / "preemption.yaml")).ordered()
