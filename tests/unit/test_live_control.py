@@ -463,3 +463,12 @@ def test_a_load_following_starvation_guard_gets_the_pending_jobs_measured_wait(t
     assert cp.pending_waits.signals.pending_wait_s == pytest.approx((1 - keep) * 3600)
     nodes = {n.name: n for n in FakeNodes().nodes()}
     assert cp._snapshot(nodes, clock.now).load == cp.pending_waits.signals
+
+
+def test_nodes_reach_the_scheduler_in_the_policys_order_whatever_order_the_cluster_lists_them(tmp_path: Path) -> None:
+    nodes = FakeNodes()
+    nodes.list.reverse()
+    cp = plane(tmp_path, nodes=nodes)
+    cp.submit(job("a"))
+    cp.tick()
+    assert cp.jobs["a"].placement.pods[0].node == "train-0000", "best-fit ties go to the simulator's first node"
