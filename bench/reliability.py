@@ -126,7 +126,7 @@ class StubEngine:
         self.runs.add(job.id)
 
     def statuses(self) -> dict[str, Any]:
-        from gpuplane.live.ray_engine import RunPhase, RunStatus
+        from gpuplane.live.ports import RunPhase, RunStatus
 
         return {job_id: RunStatus(RunPhase.RUNNING) for job_id in self.runs}
 
@@ -137,7 +137,7 @@ class StubEngine:
         self.runs.discard(job_id)
 
     def recover(self, job: Any) -> Any:
-        from gpuplane.live.ray_engine import RunPhase, RunStatus
+        from gpuplane.live.ports import RunPhase, RunStatus
 
         return RunStatus(RunPhase.LOST)
 
@@ -155,12 +155,12 @@ class StubNodes:
     """Two 4-GPU training nodes and a 4-GPU inference node that never change."""
 
     def nodes(self) -> list[Any]:
-        from gpuplane.live.ray_cluster import RayNode
+        from gpuplane.live.ports import ClusterNode
 
         return [
-            RayNode("train-0000", "train", 4, "train", "127.0.0.3", "a", True),
-            RayNode("train-0001", "train", 4, "train", "127.0.0.4", "b", True),
-            RayNode("serve-0000", "serve", 4, "serve", "127.0.0.5", "c", True),
+            ClusterNode("train-0000", "train", 4, "train", "127.0.0.3", "a", True),
+            ClusterNode("train-0001", "train", 4, "train", "127.0.0.4", "b", True),
+            ClusterNode("serve-0000", "serve", 4, "serve", "127.0.0.5", "c", True),
         ]
 
     def can_scale(self) -> bool:

@@ -26,6 +26,7 @@ from rich.table import Column, Table
 from gpuplane.cli_args import Parser, names, number
 from gpuplane.cli_events import add_events_command
 from gpuplane.cli_live import add_live_commands
+from gpuplane.cli_replay import add_replay_command
 from gpuplane.cli_tables import exact
 from gpuplane.cli_tables import table as titled_table
 from gpuplane.export.model import ExportError
@@ -803,6 +804,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_demo,
         add_events_command,
         add_live_commands,
+        add_replay_command,
     ):
         add_command(sub)
     return parser

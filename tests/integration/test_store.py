@@ -10,6 +10,7 @@ import pytest
 from gpuplane.live.lease import LeaseHeld, PlaneLease
 from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord
 from gpuplane.live.store import DuplicateJob, Store, StoreError, redacted
+from gpuplane.model.placement import Placement, PodPlacement
 from tests.integration.databases import KINDS, database_url
 
 
@@ -37,11 +38,7 @@ def test_everything_accepted_survives_a_reopen(kind: str, tmp_path: Path) -> Non
     store.add_job(a, EventRecord(0, 100.0, "job", "ja", "research", "submitted", {"gpus": 8}))
     store.add_job(b)
     a.state = JobState.RUNNING
-    a.placement = {
-        "pool": "train",
-        "flavor": "a100",
-        "pods": [{"node": "n0", "gpus": [0, 1], "mig": None, "gpu_milli": None}],
-    }
+    a.placement = Placement("train", "a100", (PodPlacement("n0", (0, 1)),))
     a.attempts = 1
     a.attained_gpu_s = 12.5
     store.save_jobs([a], [EventRecord(0, 101.0, "job", "ja", "research", "started", {"attempt": 1})])

@@ -31,7 +31,7 @@ from gpuplane.live.api import create_app
 from gpuplane.live.auth import TokenTable
 from gpuplane.live.client import Client
 from gpuplane.live.metrics import Metrics
-from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.ports import RunPhase, RunStatus
 from gpuplane.live.records import JobState
 from gpuplane.live.services import ServiceManager
 from gpuplane.model import ReasonCode

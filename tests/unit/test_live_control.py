@@ -14,8 +14,7 @@ from gpuplane.io.policy_file import load_policy
 from gpuplane.live.control import ControlPlane, SubmitError
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.node_scaling import LiveNodeScaler
-from gpuplane.live.ray_cluster import RayNode
-from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.ports import ClusterNode, RunPhase, RunStatus
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.store import Store
 from gpuplane.policy import PolicySpec, parse_policy
@@ -68,11 +67,11 @@ class FakeEngine:
 class FakeNodes:
     def __init__(self) -> None:
         self.list = [
-            RayNode("train-0000", "train", 4, "train", "127.0.0.3", "a", True),
-            RayNode("train-0001", "train", 4, "train", "127.0.0.4", "b", True),
+            ClusterNode("train-0000", "train", 4, "train", "127.0.0.3", "a", True),
+            ClusterNode("train-0001", "train", 4, "train", "127.0.0.4", "b", True),
         ]
 
-    def nodes(self) -> list[RayNode]:
+    def nodes(self) -> list[ClusterNode]:
         return list(self.list)
 
     def can_scale(self) -> bool:
@@ -123,7 +122,7 @@ def test_admitted_job_starts_on_the_chosen_gpus_and_finishes(tmp_path: Path) -> 
     assert report.admitted == 1 and engine.started == ["a"]
     a = cp.jobs["a"]
     assert a.state is JobState.ADMITTED and a.attempts == 1
-    assert sorted(p["node"] for p in a.placement["pods"]) == ["train-0000", "train-0001"]
+    assert sorted(p.node for p in a.placement.pods) == ["train-0000", "train-0001"]
     engine.phase["a"] = RunStatus(RunPhase.RUNNING)
     cp.tick()
     assert a.state is JobState.RUNNING and a.start_time == 1000.0
@@ -177,13 +176,13 @@ def test_a_job_whose_node_disappears_is_requeued(tmp_path: Path) -> None:
     cp = plane(tmp_path, engine)
     cp.submit(job("a", gpus=4))
     cp.tick()
-    node = cp.jobs["a"].placement["pods"][0]["node"]
+    node = cp.jobs["a"].placement.pods[0].node
     cp.node_provider.list = [n for n in cp.node_provider.list if n.name != node]  # type: ignore[attr-defined]
     cp.tick()
     a = cp.jobs["a"]
     assert [e.reason for e in cp.store.events(subject="a")][2:] == ["node_lost", "admitted_within_nominal"]
     assert a.state is JobState.ADMITTED and a.attempts == 2, "requeued and placed again on the node left"
-    assert a.placement["pods"][0]["node"] != node and engine.stopped == ["a"]
+    assert a.placement.pods[0].node != node and engine.stopped == ["a"]
 
 
 def test_invalid_submissions_are_refused_and_leave_nothing(tmp_path: Path) -> None:
@@ -368,7 +367,7 @@ def test_live_consolidation_moves_checkpointed_work_and_removes_the_emptied_node
     cp = plane(tmp_path, engine, clock, policy, nodes)
     store = cp.store
     one_gpu_beside_a_finished_job(cp, engine, checkpoint_interval_s=60)
-    where = {j: cp.jobs[j].placement["pods"][0]["node"] for j in ("small", "ends", "big")}
+    where = {j: cp.jobs[j].placement.pods[0].node for j in ("small", "ends", "big")}
     assert where["small"] == where["ends"] != where["big"]
     scaler = LiveNodeScaler(cp, nodes, Metrics(policy), clock)
     events = scaler.tick()
@@ -378,7 +377,7 @@ def test_live_consolidation_moves_checkpointed_work_and_removes_the_emptied_node
     engine.phase["small"] = RunStatus(RunPhase.EXITED, exit_code=0)
     cp.tick()
     assert cp.jobs["small"].state is JobState.ADMITTED
-    assert cp.jobs["small"].placement["pods"][0]["node"] == where["big"], "moved next to the other work"
+    assert cp.jobs["small"].placement.pods[0].node == where["big"], "moved next to the other work"
     scaler.tick()
     deadline = time.monotonic() + 10
     while not nodes.removed and time.monotonic() < deadline:
@@ -464,3 +463,12 @@ def test_a_load_following_starvation_guard_gets_the_pending_jobs_measured_wait(t
     assert cp.pending_waits.signals.pending_wait_s == pytest.approx((1 - keep) * 3600)
     nodes = {n.name: n for n in FakeNodes().nodes()}
     assert cp._snapshot(nodes, clock.now).load == cp.pending_waits.signals
+
+
+def test_nodes_reach_the_scheduler_in_the_policys_order_whatever_order_the_cluster_lists_them(tmp_path: Path) -> None:
+    nodes = FakeNodes()
+    nodes.list.reverse()
+    cp = plane(tmp_path, nodes=nodes)
+    cp.submit(job("a"))
+    cp.tick()
+    assert cp.jobs["a"].placement.pods[0].node == "train-0000", "best-fit ties go to the simulator's first node"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpuplane.cli import main
 from gpuplane.live.event_log import EventLog
-from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.ports import RunPhase, RunStatus
 from tests.unit.test_live_control import Clock, FakeEngine, job, plane
 
 DAY = 86400.0

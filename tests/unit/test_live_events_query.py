@@ -9,7 +9,7 @@ import json
 import pytest
 
 from gpuplane import cli_live
-from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.ports import RunPhase, RunStatus
 from gpuplane.live.scheduling_events import scheduling_event
 from gpuplane.model.events import EventKind
 from tests.unit.test_cli_ux import ADMIN, TOKENS, Api, run

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from gpuplane.live.actors import exit_path, pid_path, start_entrypoint
+from gpuplane.live.ports import RunPhase, RunStatus
 from gpuplane.live.process_tree import group_alive, kill_group, recorded_exit, start_time
-from gpuplane.live.ray_engine import RunPhase, RunStatus
 
 SPAWNS_A_GRANDCHILD = (
     "import subprocess, sys, time; p = subprocess.Popen(['sleep', '300']); "

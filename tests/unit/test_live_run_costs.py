@@ -13,7 +13,7 @@ from rich.console import Console
 from gpuplane.cli_tables import jobs_table
 from gpuplane.live.api import job_view
 from gpuplane.live.metrics import Metrics
-from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.ports import RunPhase, RunStatus
 from gpuplane.live.records import JobState
 from gpuplane.live.store import Store
 from tests.unit.test_live_control import Clock, FakeEngine, job, plane, urgent_preempts_gang

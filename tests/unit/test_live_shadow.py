@@ -59,7 +59,7 @@ def test_the_shadow_records_admissions_preemptions_and_waits_and_never_calls_the
     cp.tick()
     gang = cp.jobs["gang"]
     assert gang.state is JobState.RUNNING and gang.shadow, "a would-be admission holds its placement at once"
-    assert sorted(p["node"] for p in gang.placement["pods"]) == ["train-0000", "train-0001"]
+    assert sorted(p.node for p in gang.placement.pods) == ["train-0000", "train-0001"]
     clock.now += 30
     cp.submit(job("second", gpus=4, submit=clock.now))
     cp.tick()

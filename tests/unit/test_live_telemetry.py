@@ -16,8 +16,7 @@ from gpuplane.io.policy_file import load_policy
 from gpuplane.live.control import ControlPlane
 from gpuplane.live.gpu_telemetry import HostTelemetry, LiveTelemetry
 from gpuplane.live.metrics import Metrics
-from gpuplane.live.ray_cluster import RayNode
-from gpuplane.live.ray_engine import RunPhase, RunStatus
+from gpuplane.live.ports import ClusterNode, RunPhase, RunStatus
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.services import ServiceManager
 from gpuplane.live.store import Store
@@ -51,7 +50,7 @@ def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
 class ServingNodes(FakeNodes):
     def __init__(self) -> None:
         super().__init__()
-        self.list.append(RayNode("serve-0000", "serve", 4, "serve", "127.0.0.5", "c", True))
+        self.list.append(ClusterNode("serve-0000", "serve", 4, "serve", "127.0.0.5", "c", True))
 
 
 class ServingEngine(FakeEngine):
@@ -100,7 +99,7 @@ def test_nvml_gauges_per_gpu_and_per_job_name_their_source_and_follow_what_each_
     cp = control_plane(tmp_path, engine)
     cp.submit(JobRecord("train", "research", "train", "training", ["true"], 1, 2, 1000.0))
     run(cp, engine, "train", ["1,2"])
-    assert cp.jobs["train"].placement["pods"][0]["gpus"] == [0, 1], "placed on 0,1; its process reports 1,2"
+    assert cp.jobs["train"].placement.pods[0].gpus == (0, 1), "placed on 0,1; its process reports 1,2"
     clock = Clock()
     telemetry = LiveTelemetry(cp, HostTelemetry(cp.policy), 2.0, clock)
     assert telemetry.tick() and not telemetry.tick(), "read once per interval"

@@ -33,11 +33,12 @@ from gpuplane.live.limits import (
     json_depth,
 )
 from gpuplane.live.metrics import Metrics
+from gpuplane.live.plane_access import JobRef, PlaneAccess, job_view
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.services import ServiceError, ServiceManager
-from gpuplane.live.shadow import ShadowPlane
-from gpuplane.live.store import DuplicateJob
 from gpuplane.policy.schema_base import Name
+
+__all__ = ["PlaneAccess", "bearer_token", "check_working_dir", "create_app", "job_view"]
 
 
 class JobRequest(BaseModel):
@@ -75,37 +76,6 @@ class ScaleRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     replicas: int | None = Field(None, ge=0, le=1000)
-
-
-def job_view(job: JobRecord, estimated_start: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON a client sees for a job; a pending job's ``estimated_start`` (``ControlPlane.estimated_start``:
-    a time where the scheduler reserved GPUs for it, else null with the reason) when given."""
-    return {
-        "id": job.id,
-        "name": job.name,
-        "team": job.team,
-        "class": job.klass,
-        "state": job.state.value,
-        "pods": job.pods,
-        "gpus_per_pod": job.gpus_per_pod,
-        "priority": job.priority,
-        "entrypoint": job.entrypoint,
-        "submit_time": job.submit_time,
-        "admitted_time": job.admitted_time,
-        "start_time": job.start_time,
-        "end_time": job.end_time,
-        "attempts": job.attempts,
-        "preemptions": job.preemptions,
-        "attained_gpu_s": round(job.attained_gpu_s, 3),
-        "usage": job.usage,
-        "last_checkpoint_time": job.last_checkpoint_time,
-        "exit_code": job.exit_code,
-        "placement": job.placement,
-        "reason": job.reason,
-        "service": job.service,
-        "estimated_start": estimated_start,
-        **({"shadow": True, "observed": job.observed} if job.shadow else {}),
-    }
 
 
 def _or_http(call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -191,11 +161,21 @@ def create_app(
     services: ServiceManager,
     private_root: Path | None = None,
 ) -> FastAPI:
-    """The API over one control plane."""
+    """The API over one control plane, which it reaches only through ``PlaneAccess`` (queries and commands)."""
+    plane = PlaneAccess(control, services)
     app = FastAPI(title="gpuplane", version="0.1.0", description="GPU scheduling and autoscaling control plane")
     app.state.tokens = tokens
-
     app.add_middleware(BodyLimit)
+    _add_error_format(app)
+    _add_job_routes(app, plane, private_root)
+    _add_cluster_routes(app, plane)
+    _add_service_routes(app, plane)
+    _add_metrics_route(app, plane, metrics)
+    return app
+
+
+def _add_error_format(app: FastAPI) -> None:
+    """Request validation errors as ``{"detail", "errors": [{"field", "problem"}]}`` (422)."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -204,72 +184,67 @@ def create_app(
         ]
         return JSONResponse({"detail": "invalid request", "errors": errors}, status_code=422)
 
-    def own_job(job_id: str, who: Principal) -> JobRecord:
-        job = control.jobs.get(job_id)
-        if job is None or not who.may_access(job.team):
-            raise HTTPException(404, f"no job '{job_id}' visible to this token")
-        return job
 
-    def team_of(requested: str | None, who: Principal) -> str:
-        if who.is_admin:
-            if requested is None:
-                raise HTTPException(422, {"field": "team", "problem": "the admin token must name the team"})
-            if requested not in control.index.queues:
-                raise HTTPException(422, {"field": "team", "problem": f"unknown team '{requested}'"})
-            return requested
-        assert who.team is not None
-        if requested is not None and requested != who.team:
-            raise HTTPException(403, f"this token belongs to team '{who.team}', not '{requested}'")
-        return who.team
+def _own_job(plane: PlaneAccess, job_id: str, who: Principal) -> JobRef:
+    job = plane.job_ref(job_id)
+    if job is None or not who.may_access(job.team):
+        raise HTTPException(404, f"no job '{job_id}' visible to this token")
+    return job
+
+
+def _team_of(plane: PlaneAccess, requested: str | None, who: Principal) -> str:
+    if who.is_admin:
+        if requested is None:
+            raise HTTPException(422, {"field": "team", "problem": "the admin token must name the team"})
+        if not plane.knows_team(requested):
+            raise HTTPException(422, {"field": "team", "problem": f"unknown team '{requested}'"})
+        return requested
+    assert who.team is not None
+    if requested is not None and requested != who.team:
+        raise HTTPException(403, f"this token belongs to team '{who.team}', not '{requested}'")
+    return who.team
+
+
+def _job_record(plane: PlaneAccess, req: JobRequest, team: str) -> JobRecord:
+    return JobRecord(
+        id=plane.new_job_id(),
+        team=team,
+        name=req.name,
+        klass=req.klass,
+        entrypoint=req.entrypoint,
+        pods=req.pods,
+        gpus_per_pod=req.gpus_per_pod,
+        submit_time=plane.now(),
+        priority=req.priority,
+        mig_profile=req.mig_profile,
+        gpu_milli=req.gpu_milli,
+        env=req.env,
+        preemptible=req.preemptible,
+        checkpoint_interval_s=req.checkpoint_interval_s,
+        estimated_duration_s=req.estimated_duration_s,
+        pools=req.pools,
+        working_dir=req.working_dir,
+        idempotency_key=req.idempotency_key,
+    )
+
+
+def _add_job_routes(app: FastAPI, plane: PlaneAccess, private_root: Path | None) -> None:
+    """Health, submit, list, get, cancel, why, logs."""
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        return {
-            "ok": True,
-            "mode": "shadow" if isinstance(control, ShadowPlane) else "enforce",
-            "jobs": len(control.jobs),
-            "last_tick": control.last_tick.now if control.last_tick else None,
-        }
+        return plane.health()
 
     @app.post("/v1/jobs", status_code=201)
     def submit(req: JobRequest, who: Who) -> JSONResponse:
-        team = team_of(req.team, who)
+        team = _team_of(plane, req.team, who)
         if req.working_dir is not None:
             check_working_dir(req.working_dir, private_root)
-        now = control.clock()
-        job = JobRecord(
-            id=control.new_id(),
-            team=team,
-            name=req.name,
-            klass=req.klass,
-            entrypoint=req.entrypoint,
-            pods=req.pods,
-            gpus_per_pod=req.gpus_per_pod,
-            submit_time=now,
-            priority=req.priority,
-            mig_profile=req.mig_profile,
-            gpu_milli=req.gpu_milli,
-            env=req.env,
-            preemptible=req.preemptible,
-            checkpoint_interval_s=req.checkpoint_interval_s,
-            estimated_duration_s=req.estimated_duration_s,
-            pools=req.pools,
-            working_dir=req.working_dir,
-            idempotency_key=req.idempotency_key,
-        )
         try:
-            accepted = control.submit(job)
+            view, created = plane.submit(_job_record(plane, req, team))
         except SubmitError as exc:
             raise HTTPException(422, {"field": exc.field, "problem": str(exc)}) from exc
-        except DuplicateJob:
-            existing = control.store.find_job_by_key(team, req.idempotency_key or "")
-            if existing is None:
-                raise
-            accepted = existing
-        status = 201 if accepted is job else 200
-        with control.lock:
-            view = job_view(accepted, control.estimated_start(accepted))
-        return JSONResponse(view, status_code=status)
+        return JSONResponse(view, status_code=201 if created else 200)
 
     @app.get("/v1/jobs")
     def list_jobs(
@@ -278,29 +253,22 @@ def create_app(
         team: str | None = None,
         limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
     ) -> list[dict[str, Any]]:
-        with control.lock:
-            jobs = [
-                j
-                for j in control.jobs.values()
-                if who.may_access(j.team) and (state is None or j.state is state) and (team is None or j.team == team)
-            ][-limit:]
-            return [job_view(j, control.estimated_start(j)) for j in jobs]
+        return plane.jobs(who.may_access, state, team, limit)
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, who: Who) -> dict[str, Any]:
-        job = own_job(job_id, who)
-        with control.lock:
-            return job_view(job, control.estimated_start(job))
+        _own_job(plane, job_id, who)
+        return plane.job(job_id)
 
     @app.delete("/v1/jobs/{job_id}", status_code=202)
     def cancel_job(job_id: str, who: Who) -> dict[str, Any]:
-        own_job(job_id, who)
-        return job_view(control.cancel(job_id))
+        _own_job(plane, job_id, who)
+        return plane.cancel(job_id)
 
     @app.get("/v1/jobs/{job_id}/why")
     def why(job_id: str, who: Who) -> dict[str, Any]:
-        own_job(job_id, who)
-        return control.why(job_id)
+        _own_job(plane, job_id, who)
+        return plane.why(job_id)
 
     @app.get("/v1/jobs/{job_id}/logs")
     def logs(
@@ -309,23 +277,26 @@ def create_app(
         rank: Annotated[int, Query(ge=0, le=4095)] = 0,
         offset: Annotated[int, Query(ge=0, le=MAX_INT64)] = 0,
     ) -> PlainTextResponse:
-        job = own_job(job_id, who)
+        job = _own_job(plane, job_id, who)
         if rank >= job.pods:
             raise HTTPException(422, {"field": "rank", "problem": f"the job has ranks 0..{job.pods - 1}"})
-        data = control.engine.read_log(job, rank, offset)
-        return PlainTextResponse(data.decode(errors="replace"))
+        return PlainTextResponse(plane.log(job_id, rank, offset).decode(errors="replace"))
+
+
+def _add_cluster_routes(app: FastAPI, plane: PlaneAccess) -> None:
+    """Queues, nodes, pools, events, the shadow's comparison."""
 
     @app.get("/v1/queues")
     def queues(who: Who) -> list[dict[str, Any]]:
-        return [q for q in control.queue_usage() if who.may_access(q["queue"])]
+        return [q for q in plane.queues() if who.may_access(q["queue"])]
 
     @app.get("/v1/nodes")
     def nodes(who: Who) -> list[dict[str, Any]]:
-        return control.node_view()
+        return plane.nodes()
 
     @app.get("/v1/pools")
     def pools(who: Who) -> list[dict[str, Any]]:
-        return control.pool_view()
+        return plane.pools()
 
     @app.get("/v1/events")
     def events(
@@ -334,77 +305,73 @@ def create_app(
         limit: Annotated[int, Query(ge=1, le=5000)] = 200,
         subject: Annotated[PlainText | None, Query(max_length=128)] = None,
     ) -> list[dict[str, Any]]:
-        team = None if who.is_admin else who.team
-        return [
-            {
-                "seq": e.seq,
-                "time": e.time,
-                "kind": e.kind,
-                "subject": e.subject,
-                "team": e.team,
-                "reason": e.reason,
-                "details": e.details,
-            }
-            for e in control.store.events(after, limit, team, subject)
-        ]
+        return plane.events(after, limit, None if who.is_admin else who.team, subject)
 
     @app.get("/v1/shadow")
     def shadow(who: Who) -> dict[str, Any]:
-        if not isinstance(control, ShadowPlane):
+        report = plane.shadow()
+        if report is None:
             raise HTTPException(404, "this plane is not a shadow plane (gpuplane serve --shadow)")
-        report = control.comparison()
         report["teams"] = [t for t in report["teams"] if who.may_access(t["team"])]
         if not who.is_admin:
             report["unmirrored"] = {}
         return report
 
+
+def _add_service_routes(app: FastAPI, plane: PlaneAccess) -> None:
+    """Deploy, list, get, scale, canary, delete, and the inference gateway."""
+
+    def own_service(name: str, who: Principal) -> None:
+        team = plane.service_team(name)
+        if team is None or not who.may_access(team):
+            raise HTTPException(404, f"no service '{name}' visible to this token")
+
     @app.get("/v1/services")
     def list_services(who: Who) -> list[dict[str, Any]]:
-        return [s for s in services.views() if who.may_access(s["team"])]
+        return [s for s in plane.services() if who.may_access(s["team"])]
 
     @app.post("/v1/services", status_code=201)
     def deploy(body: dict[str, Any], who: Who) -> dict[str, Any]:
         shallow(body, "body")
         team = None if who.is_admin else who.team
-        return _or_http(lambda: services.deploy(body, team))
-
-    def own_service(name: str, who: Who) -> None:
-        service = services.services.get(name)
-        if service is None or not who.may_access(service.team):
-            raise HTTPException(404, f"no service '{name}' visible to this token")
+        return _or_http(lambda: plane.deploy(body, team))
 
     @app.get("/v1/services/{name}")
     def get_service(name: str, who: Who) -> dict[str, Any]:
         own_service(name, who)
-        return services.view(name)
+        return plane.service(name)
 
     @app.put("/v1/services/{name}/scale")
     def scale(name: str, req: ScaleRequest, who: Who) -> dict[str, Any]:
         own_service(name, who)
-        return services.pin(name, req.replicas)
+        return plane.pin(name, req.replicas)
 
     @app.post("/v1/services/{name}/canary", status_code=201)
     def start_canary(name: str, req: CanaryRequest, who: Who) -> dict[str, Any]:
         own_service(name, who)
         shallow(req.options, "options")
-        return _or_http(lambda: services.start_canary(name, req.handler, req.options))
+        return _or_http(lambda: plane.start_canary(name, req.handler, req.options))
 
     @app.delete("/v1/services/{name}/canary")
     def abort_canary(name: str, who: Who) -> dict[str, Any]:
         own_service(name, who)
-        return _or_http(lambda: services.abort_canary(name))
+        return _or_http(lambda: plane.abort_canary(name))
 
     @app.delete("/v1/services/{name}", status_code=202)
     def delete_service(name: str, who: Who) -> dict[str, Any]:
         own_service(name, who)
-        return services.delete(name)
+        return plane.delete_service(name)
 
     @app.post("/v1/services/{name}/infer")
     async def infer(name: str, request: Request, who: Who) -> Response:
         own_service(name, who)
         body = await request.body()
-        status, payload = await services.gateway.forward(name, body)
+        status, payload = await plane.gateway.forward(name, body)
         return Response(payload, status_code=status, media_type="application/json")
+
+
+def _add_metrics_route(app: FastAPI, plane: PlaneAccess, metrics: Metrics) -> None:
+    """Prometheus text: every series for the admin and the metrics token, a team's own for a team token."""
 
     @app.get("/metrics")
     def prometheus(who: Scraper) -> Response:
@@ -412,8 +379,5 @@ def create_app(
             text = metrics.render()
         else:
             assert who.team is not None
-            own = {name for name, service in services.services.items() if service.team == who.team}
-            text = metrics.render_for_team(who.team, own)
+            text = metrics.render_for_team(who.team, plane.services_of(who.team))
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    return app

@@ -1,47 +1,50 @@
-"""The control loop: the policy core's decisions carried out through the ports, one tick at a time.
+"""The control loop as a reconciler: observe, decide with the pure core, hand intents to the one applier.
 
 Each tick:
-1. Observe: ask the engine where every started workload stands; finish, requeue or mark started.
-2. Finish stops: preempted and cancelled work whose pods exited (or whose grace period ran out).
+1. Observe: the engine's run statuses, the cluster's nodes, the clock and the checkpoint times due, into a
+   typed ``reconcile.Observation``.
+2. Judge the runs (``reconcile.run_intents``: started, ended, lost, stopped after the grace period) and the
+   lost nodes (``reconcile.lost_node_intents``); the applier carries the intents out.
 3. Snapshot: the ready nodes, the work holding GPUs and the pending work, as the core's plain data.
-4. Decide: ``scheduler.schedule`` (the same pure function the simulator runs).
-5. Apply: victims are told to checkpoint and stop; admitted work is started on its placement.
-6. Persist every change and its event in one transaction; refresh metrics.
+4. Decide: ``scheduler.schedule`` (the same pure function the simulator runs), turned into intents
+   (``reconcile.decision_intents``: admit with placement, preempt; ``wait_intents``: wait reasons, reservations).
+5. Commit: every changed record and its event in one transaction; then the engine is told what to stop,
+   signal and start, outside the lock.
 
-The control plane is the only writer of state. API calls (submit, cancel, services) take the same lock
-as a tick's bookkeeping; slow engine calls happen outside it.
+``applier.Applier`` is the only writer of the plane's state and store: API commands (submit, cancel), the
+services' and the node autoscaler's intents go through ``apply`` as well, under the same lock as a tick's
+bookkeeping. Reads go through the query methods (``why``, ``job``, ``jobs_of``, ``queue_usage``, ...).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.accounting import price_book
-from gpuplane.live.convert import (
-    gpus_asked,
-    gpus_held,
-    placement_to_dict,
-    pod_cuda_visible,
-    pod_gpus,
-    to_node,
-    to_running,
-    to_workload,
-)
+from gpuplane.live.applier import Applier, Batch, Commands, NodeActions, PlaneState
+from gpuplane.live.convert import gpus_asked, gpus_held, pod_cuda_visible, pod_gpus, to_node, to_running, to_workload
 from gpuplane.live.feasibility import never_runs
+from gpuplane.live.intents import Admit, Cancel, Drain, EndRun, Intent, LoseRun, Requeue, Submit
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import check_mode
-from gpuplane.live.ports import Clock, Engine, NodeProvider
-from gpuplane.live.ray_cluster import RayNode
-from gpuplane.live.ray_engine import RunPhase, RunStatus
-from gpuplane.live.records import EventRecord, JobRecord, JobState
-from gpuplane.live.run_costs import charge_run
+from gpuplane.live.ports import Clock, ClusterNode, Engine, NodeProvider, RunPhase, RunStatus
+from gpuplane.live.reconcile import (
+    Observation,
+    checkpoint_due,
+    decision_intents,
+    exit_message,
+    in_policy_order,
+    lost_node_intents,
+    run_intents,
+    wait_intents,
+)
+from gpuplane.live.records import EventRecord, JobRecord, JobState, ServiceRecord
 from gpuplane.live.store import Store
 from gpuplane.model.cluster import ClusterSnapshot
-from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
 from gpuplane.model.load import LoadSignals, PendingWaitAverage
 from gpuplane.model.workload import Workload
 from gpuplane.policy import PolicySpec
@@ -49,17 +52,9 @@ from gpuplane.scheduler.cycle import CycleResult, schedule
 from gpuplane.scheduler.estimate import StartEstimate, estimate_starts
 from gpuplane.scheduler.explain import explain_dict
 from gpuplane.scheduler.index import PolicyIndex
-from gpuplane.scheduler.resolve import InvalidWorkload, queueing_delay, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
 
 log = logging.getLogger("gpuplane.live")
-CHECKPOINT_REFRESH_S = 5.0
-START_TIMEOUT_S = 300.0
-"""An admitted job whose pods have not all started this long after its victims' grace period is requeued."""
-MAX_START_ATTEMPTS = 3
-"""Attempts lost before the job ever ran (missing binary, pod start error, start timeout) before it fails."""
-START_BACKOFF_S = 2.0
-START_BACKOFF_MAX_S = 60.0
-"""A failed start is retried after 2 s, 4 s, ... (at most 60 s), so a broken job does not hog the loop."""
 
 
 class SubmitError(ValueError):
@@ -85,7 +80,7 @@ class TickReport:
 
 
 class ControlPlane:
-    """Jobs and their states in memory, written through to the store, driven by ``tick``."""
+    """Jobs and their states in memory, written through to the store by the applier, driven by ``tick``."""
 
     def __init__(
         self,
@@ -99,7 +94,6 @@ class ControlPlane:
         metrics: Metrics | None = None,
     ) -> None:
         self.policy = policy
-        self._prices = price_book(policy)
         self.index = PolicyIndex(policy)
         self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
         """The pending jobs' mean queueing delay over time, for a starvation guard that follows the load (kept in
@@ -111,25 +105,37 @@ class ControlPlane:
         self.timer = timer or clock
         self.new_id = new_id
         self.lock = threading.RLock()
-        self.jobs: dict[str, JobRecord] = {}
-        self._workloads: dict[str, Workload] = {}
+        self.state = PlaneState()
+        self.grace_s = policy.scheduling.preemption.grace_period_s
+        self.metrics = metrics
+        self.applier = Applier(
+            self.state, store, clock, self.grace_s, price_book(policy), self._checkpoint_time, metrics
+        )
+        self.node_actions: NodeActions | None = None
+        """Where node orders and removals go (the node autoscaler attaches itself)."""
         self.last_result: CycleResult | None = None
         self._estimates: tuple[CycleResult, dict[str, StartEstimate]] | None = None
-        self.last_nodes: list[RayNode] = []
+        self.last_nodes: list[ClusterNode] = []
         self.last_tick: TickReport | None = None
-        self.grace_s = policy.scheduling.preemption.grace_period_s
-        self._ckpt_checked: dict[str, float] = {}
         self.wake = threading.Event()
         self.listeners: list[Callable[[TickReport], None]] = []
-        self.metrics = metrics
-        self.scale_ups: dict[str, dict[str, Any]] = {}
-        """Per pending job, the node order the node autoscaler placed for it (shown by ``why``)."""
-        self.booting: dict[str, int] = {}
-        """Nodes ordered and not yet joined, per pool (kept by the node autoscaler)."""
-        self.cordoned: set[str] = set()
-        """Nodes being drained: their work runs on, nothing new is placed there."""
         self._started_info: dict[str, list[dict[str, Any]]] = {}
         """Per running workload, what each pod reported when it started (from the engine's last statuses)."""
+
+    @property
+    def jobs(self) -> dict[str, JobRecord]:
+        """Every job the plane knows, by id (read-only for everyone but the applier)."""
+        return self.state.jobs
+
+    def apply(self, intents: Iterable[Intent]) -> list[EventRecord]:
+        """Carry out intents from outside the tick (services, node autoscaling, the API) in one batch; returns
+        the events written."""
+        with self.lock:
+            committed = self.applier.batch().apply(intents).commit()
+        self._carry_out(committed.commands)
+        if committed.jobs_changed:
+            self.wake.set()
+        return committed.events
 
     def recover(self) -> dict[str, int]:
         """Load every job from the store and reconcile it with what the engine still runs or knows has ended.
@@ -138,13 +144,13 @@ class ControlPlane:
         with its real exit code, cancelled, or requeued after its preemption), never started again; a run that
         is gone without an end is requeued (``lost_on_restart``)."""
         counts = {"recovered_running": 0, "requeued": 0, "pending": 0, "finished": 0, "ended_unwatched": 0}
-        events: list[EventRecord] = []
         now = self.clock()
+        intents: list[Intent] = []
         with self.lock:
             jobs = self.store.load_jobs()
             check_mode(jobs, shadow=False)
+            self.applier.load(jobs)
             for job in jobs:
-                self.jobs[job.id] = job
                 if job.state.finished:
                     counts["finished"] += 1
                     continue
@@ -157,44 +163,28 @@ class ControlPlane:
                     continue
                 if status.phase is RunPhase.EXITED:
                     counts["ended_unwatched"] += 1
-                    self._settle_unwatched(job, status, now, events)
+                    intents.append(_settle_unwatched(job, status, now))
                     continue
                 if job.state is JobState.CANCELLING:
-                    self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
+                    intents.append(EndRun(job.id, JobState.CANCELLED, "cancelled", at=now))
                     continue
-                self._requeue(job, now, events, "lost_on_restart", {"was": job.state.value})
+                intents.append(Requeue(job.id, "lost_on_restart", {"was": job.state.value}, at=now))
                 counts["requeued"] += 1
-            self.store.save_jobs([self.jobs[e.subject] for e in events if e.subject in self.jobs], events)
+            committed = self.applier.batch().apply(intents).commit()
         if self.metrics is not None:
-            for ev in events:
+            for ev in committed.events:
                 self.metrics.observe_event(ev.kind, ev.reason, ev.team, ev.details)
         return counts
 
-    def _settle_unwatched(self, job: JobRecord, status: RunStatus, now: float, events: list[EventRecord]) -> None:
-        """Carry out what the plane would have done had it seen ``job``'s run end (``status``: EXITED, with the
-        end time its reapers recorded), charging the run up to that end rather than up to the restart."""
-        floor = job.start_time if job.start_time is not None else (job.admitted_time or now)
-        end = min(now, max(floor, status.ended_at if status.ended_at is not None else now))
-        details: dict[str, Any] = {"exit_code": status.exit_code, "ended_while_unwatched": True}
-        if job.state is JobState.CANCELLING:
-            self._finish(job, JobState.CANCELLED, end, status.exit_code, events, "cancelled", details)
-        elif job.state is JobState.PREEMPTING:
-            self._requeue(job, end, events, "requeued_after_preemption", {**details, "killed_after_grace": False})
-        else:
-            state = JobState.SUCCEEDED if status.exit_code == 0 else JobState.FAILED
-            message = exit_message(status.exit_code)
-            self._finish(job, state, end, status.exit_code, events, state.value, {**details, "message": message})
+    def refusal(self, job: JobRecord) -> SubmitError | None:
+        """Why the policy can never run ``job`` (the field at fault), or None when it can be submitted."""
+        try:
+            self._check(job)
+        except SubmitError as exc:
+            return exc
+        return None
 
-    def submit(self, job: JobRecord) -> JobRecord:
-        """Accept ``job`` (persisted before this returns) or raise SubmitError naming the field to fix.
-
-        A repeated idempotency key returns the job accepted first instead of a duplicate.
-        """
-        if job.idempotency_key:
-            with self.lock:
-                for existing in self.jobs.values():
-                    if existing.team == job.team and existing.idempotency_key == job.idempotency_key:
-                        return existing
+    def _check(self, job: JobRecord) -> Workload:
         workload = to_workload(job)
         try:
             resolved = resolve(workload, self.index)
@@ -207,49 +197,46 @@ class ControlPlane:
         too_big = never_runs(resolved)
         if too_big is not None:
             raise SubmitError("pods", f"this job can never run: {too_big}")
-        job.queued_time = job.submit_time
-        event = self._event("job", job, "submitted", {"gpus": gpus_asked(job)})
+        return workload
+
+    def submit(self, job: JobRecord) -> JobRecord:
+        """Accept ``job`` (persisted before this returns) or raise SubmitError naming the field to fix.
+
+        A repeated idempotency key returns the job accepted first instead of a duplicate.
+        """
+        if job.idempotency_key:
+            existing = self.find_by_key(job.team, job.idempotency_key)
+            if existing is not None:
+                return existing
+        workload = self._check(job)
         with self.lock:
-            self.store.add_job(job, event)
-            self.jobs[job.id] = job
-            self._workloads[job.id] = workload
+            self.applier.batch().apply([Submit(job)]).commit()
+            self.state.workloads[job.id] = workload
         self.wake.set()
         return job
 
+    def find_by_key(self, team: str, key: str) -> JobRecord | None:
+        """The job ``team`` submitted with idempotency key ``key`` (in memory, else in the store)."""
+        with self.lock:
+            for existing in self.jobs.values():
+                if existing.team == team and existing.idempotency_key == key:
+                    return existing
+        return None
+
+    def stored_job_by_key(self, team: str, key: str) -> JobRecord | None:
+        """The job the store holds for ``team``'s idempotency key (a concurrent submission won the race)."""
+        return self.store.find_job_by_key(team, key)
+
     def cancel(self, job_id: str) -> JobRecord:
         """Cancel a job: at once if it waits, after the grace period if it runs."""
-        events: list[EventRecord] = []
-        now = self.clock()
-        with self.lock:
-            job = self.jobs[job_id]
-            if job.state.finished or job.state is JobState.CANCELLING:
-                return job
-            if job.state is JobState.PENDING:
-                self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
-            else:
-                was_preempting = job.state is JobState.PREEMPTING
-                job.state = JobState.CANCELLING
-                job.stop_deadline = job.stop_deadline if was_preempting else now + self.grace_s
-                events.append(self._event("job", job, "cancelling", {"grace_period_s": self.grace_s}))
-                if not was_preempting:
-                    self.engine.signal_stop(job.id)
-            self.store.save_jobs([job], events)
+        self.apply([Cancel(job_id)])
         self.wake.set()
-        return job
+        return self.jobs[job_id]
 
     def drain(self, job_id: str, reason: str, details: dict[str, Any]) -> None:
         """Stop a job that holds GPUs so it is placed again elsewhere (consolidation): like a preemption, it is told
         to checkpoint, stopped after the grace period, and requeued."""
-        now = self.clock()
-        with self.lock:
-            job = self.jobs[job_id]
-            if not job.state.holds_gpus:
-                return
-            event = self._event("job", job, reason, details)
-            started = self._begin_preemption(job, now, {"reason": reason, **details})
-            self.store.save_jobs([job], [event])
-        if started:
-            self.engine.signal_stop(job_id)
+        self.apply([Drain(job_id, reason, details)])
         self.wake.set()
 
     def estimated_start(self, job: JobRecord) -> dict[str, Any] | None:
@@ -294,8 +281,8 @@ class ControlPlane:
                 estimate = self.estimated_start(job)
                 if estimate is not None:
                     info["estimated_start"] = estimate
-                if job_id in self.scale_ups:
-                    info["node_scale_up"] = self.scale_ups[job_id]
+                if job_id in self.state.scale_ups:
+                    info["node_scale_up"] = self.state.scale_ups[job_id].to_dict()
                 return info
             out = {"workload": job_id, "status": job.state.value, **({"decision": job.reason} if job.reason else {})}
             if job.state is JobState.ADMITTED:
@@ -303,136 +290,83 @@ class ControlPlane:
             return out
 
     def tick(self) -> TickReport:
-        """One round of observe, decide, apply and persist (see the module docstring)."""
-        statuses = self.engine.statuses()
-        nodes = self.node_provider.nodes()
-        now = self.clock()
-        report = TickReport(now)
-        events = report.events
-        changed: dict[str, JobRecord] = {}
-        stops: list[str] = []
+        """One round of observe, decide, apply and commit (see the module docstring)."""
+        seen = self._observe()
+        report = TickReport(seen.now)
         with self.lock:
             self._started_info = {
-                job_id: status.info for job_id, status in statuses.items() if status.phase is RunPhase.RUNNING
+                job_id: status.info for job_id, status in seen.statuses.items() if status.phase is RunPhase.RUNNING
             }
-            self._observe(statuses, now, events, changed, stops)
-            alive = {n.name: n for n in nodes if n.alive and n.pool in self.index.pools}
-            self._drop_lost_nodes(alive, now, events, changed, stops)
-            snapshot = self._snapshot(alive, now)
-            started = self.timer()
-            result = schedule(self.index, snapshot)
-            report.decide_s = self.timer() - started
-            self.last_result = result
-            self.last_nodes = nodes
-            starts, signals = self._apply(result, now, events, changed, report)
-            self._observe_pending_waits(now)
-            self._record_waits(result, events, changed)
-            self._mark_reserved(result, changed)
+            batch = self.applier.batch()
+            batch.apply(run_intents(self.jobs, seen, self.grace_s))
+            alive = {n.name: n for n in seen.nodes if n.alive and n.pool in self.index.pools}
+            batch.apply(lost_node_intents(self.jobs.values(), alive))
+            snapshot = self._snapshot(alive, seen.now)
+            result = self._decide(snapshot, report)
+            self.last_nodes = seen.nodes
+            self._apply_decisions(batch, result, report)
             report.pending = len(snapshot.pending)
             report.running = sum(1 for j in self.jobs.values() if j.state.holds_gpus)
-            self.store.save_jobs(list(changed.values()), events)
-        for job_id in stops:
+            committed = batch.commit()
+        report.events = committed.events
+        self._carry_out(committed.commands)
+        self.last_tick = report
+        if self.metrics is not None:
+            self._observe_metrics(report, seen.nodes)
+        for listener in self.listeners:
+            listener(report)
+        return report
+
+    def _observe(self) -> Observation:
+        """The tick's observation: statuses, nodes, time, and the checkpoint times due for a refresh."""
+        statuses = self.engine.statuses()
+        nodes = self._nodes()
+        now = self.clock()
+        with self.lock:
+            due = checkpoint_due(self.jobs.values(), statuses, self.state.checkpoint_checked, now)
+        return Observation(now, statuses, nodes, {job_id: self.engine.last_checkpoint_time(job_id) for job_id in due})
+
+    def _nodes(self) -> list[ClusterNode]:
+        """The provider's nodes in the policy's order (``reconcile.in_policy_order``)."""
+        return in_policy_order(self.node_provider.nodes(), [pool.name for pool in self.policy.pools])
+
+    def _decide(self, snapshot: ClusterSnapshot, report: TickReport) -> CycleResult:
+        started = self.timer()
+        result = schedule(self.index, snapshot)
+        report.decide_s = self.timer() - started
+        self.last_result = result
+        return result
+
+    def _apply_decisions(self, batch: Batch, result: CycleResult, report: TickReport) -> None:
+        """Admissions and preemptions, then the pending waits measured, then wait reasons and reservations."""
+        decided = decision_intents(result, self.jobs)
+        report.admitted = sum(1 for i in decided if isinstance(i, Admit))
+        report.preempted = len(decided) - report.admitted
+        batch.apply(decided)
+        self._observe_pending_waits(report.now)
+        batch.apply(wait_intents(result, self.jobs))
+
+    def _carry_out(self, commands: Commands) -> None:
+        """Tell the engine what to stop, signal and start, and the node autoscaler what to order and remove; a
+        start that fails is a lost run (retried after a backoff)."""
+        for job_id in commands.stops:
             self.engine.stop(job_id)
-        for job_id in signals:
+        for job_id in commands.signals:
             self.engine.signal_stop(job_id)
-        for job in starts:
+        for job in commands.starts:
             try:
                 self.engine.start(job, self.grace_s)
             except Exception as exc:
                 log.warning("starting %s failed: %s", job.id, exc)
                 self.engine.stop(job.id)
-                with self.lock:
-                    failed: list[EventRecord] = []
-                    self._lost(job, self.clock(), failed, "start_failed", {"message": str(exc)[:300]})
-                    self.store.save_jobs([job], failed)
-        self.last_tick = report
-        if self.metrics is not None:
-            self._observe_metrics(report, nodes)
-        for listener in self.listeners:
-            listener(report)
-        return report
+                self.apply([LoseRun(job.id, "start_failed", {"message": str(exc)[:300]}, stop=False)])
+        if self.node_actions is not None:
+            for record in commands.order_nodes:
+                self.node_actions.order(record)
+            for name in commands.remove_nodes:
+                self.node_actions.remove(name)
 
-    def _observe(
-        self,
-        statuses: dict[str, RunStatus],
-        now: float,
-        events: list[EventRecord],
-        changed: dict[str, JobRecord],
-        stops: list[str],
-    ) -> None:
-        for job_id, status in statuses.items():
-            job = self.jobs.get(job_id)
-            if job is None:
-                stops.append(job_id)
-                continue
-            if job.state is JobState.ADMITTED and status.phase is RunPhase.RUNNING:
-                job.state = JobState.RUNNING
-                job.start_time = now
-                job.failed_starts = 0
-                events.append(self._event("job", job, "started", {"pods": status.info, "attempt": job.attempts}))
-                changed[job.id] = job
-            elif job.state in (JobState.ADMITTED, JobState.RUNNING):
-                if status.phase is RunPhase.EXITED:
-                    state = JobState.SUCCEEDED if status.exit_code == 0 else JobState.FAILED
-                    details = {"exit_code": status.exit_code, "message": exit_message(status.exit_code)}
-                    self._finish(job, state, now, status.exit_code, events, state.value, details)
-                    stops.append(job.id)
-                    changed[job.id] = job
-                elif status.phase is RunPhase.LOST:
-                    self._lost(job, now, events, "lost", {"message": status.message})
-                    stops.append(job.id)
-                    changed[job.id] = job
-                elif job.state is JobState.RUNNING and now - self._ckpt_checked.get(job.id, 0.0) > CHECKPOINT_REFRESH_S:
-                    self._ckpt_checked[job.id] = now
-                    job.last_checkpoint_time = self.engine.last_checkpoint_time(job.id)
-            elif job.state in (JobState.PREEMPTING, JobState.CANCELLING):
-                done = status.phase in (RunPhase.EXITED, RunPhase.LOST)
-                if done or (job.stop_deadline is not None and now >= job.stop_deadline):
-                    stops.append(job.id)
-                    details = {"exit_code": status.exit_code, "killed_after_grace": not done}
-                    if job.state is JobState.CANCELLING:
-                        self._finish(job, JobState.CANCELLED, now, status.exit_code, events, "cancelled", details)
-                    else:
-                        self._requeue(job, now, events, "requeued_after_preemption", details)
-                    changed[job.id] = job
-        for job in self.jobs.values():
-            if job.state.holds_gpus and job.id not in statuses:
-                self._lost(job, now, events, "lost", {"message": "the engine does not run it"})
-                stops.append(job.id)
-                changed[job.id] = job
-            elif (
-                job.state is JobState.ADMITTED
-                and job.admitted_time is not None
-                and now - job.admitted_time > self.grace_s + START_TIMEOUT_S
-            ):
-                self._lost(job, now, events, "start_timeout", {"waited_s": round(now - job.admitted_time, 1)})
-                stops.append(job.id)
-                changed[job.id] = job
-            elif job.state is JobState.CANCELLING and job.id not in statuses:
-                self._finish(job, JobState.CANCELLED, now, None, events, "cancelled", {})
-                changed[job.id] = job
-            elif job.state is JobState.PREEMPTING and job.id not in statuses:
-                self._requeue(job, now, events, "requeued_after_preemption", {})
-                changed[job.id] = job
-
-    def _drop_lost_nodes(
-        self,
-        alive: dict[str, RayNode],
-        now: float,
-        events: list[EventRecord],
-        changed: dict[str, JobRecord],
-        stops: list[str],
-    ) -> None:
-        for job in self.jobs.values():
-            if not job.state.holds_gpus or job.placement is None:
-                continue
-            missing = sorted({p["node"] for p in job.placement["pods"]} - set(alive))
-            if missing:
-                self._requeue(job, now, events, "node_lost", {"nodes": missing})
-                stops.append(job.id)
-                changed[job.id] = job
-
-    def _snapshot(self, alive: dict[str, RayNode], now: float) -> ClusterSnapshot:
+    def _snapshot(self, alive: dict[str, ClusterNode], now: float) -> ClusterSnapshot:
         running = []
         pending = []
         for job in self.jobs.values():
@@ -440,7 +374,7 @@ class ControlPlane:
                 running.append(to_running(job, self._workload(job)))
             elif job.state is JobState.PENDING and (job.not_before is None or job.not_before <= now):
                 pending.append(self._workload(job))
-        nodes = [to_node(n, n.name not in self.cordoned) for n in alive.values()]
+        nodes = [to_node(n, n.name not in self.state.cordoned) for n in alive.values()]
         load = LoadSignals() if self.pending_waits is None else self.pending_waits.signals
         return ClusterSnapshot(now, nodes, running, pending, load)
 
@@ -458,7 +392,7 @@ class ControlPlane:
         )
 
     def _workload(self, job: JobRecord) -> Workload:
-        workload = self._workloads.get(job.id)
+        workload = self.state.workloads.get(job.id)
         if (
             workload is None
             or workload.attained_gpu_s != job.attained_gpu_s
@@ -466,168 +400,59 @@ class ControlPlane:
             or workload.preemptions != job.preemptions
         ):
             workload = to_workload(job)
-            self._workloads[job.id] = workload
+            self.state.workloads[job.id] = workload
         return workload
 
-    def _apply(
-        self,
-        result: CycleResult,
-        now: float,
-        events: list[EventRecord],
-        changed: dict[str, JobRecord],
-        report: TickReport,
-    ) -> tuple[list[JobRecord], list[str]]:
-        starts: list[JobRecord] = []
-        signals: list[str] = []
-        for decision in result.decided:
-            job = self.jobs.get(decision.workload_id)
+    def resolved(self, job_id: str) -> Resolved | None:
+        """The policy's reading of a job (its pools, tier, preemptibility), or None when unknown or invalid."""
+        with self.lock:
+            job = self.jobs.get(job_id)
             if job is None:
-                continue
-            if decision.kind is DecisionKind.PREEMPT:
-                if job.state.holds_gpus:
-                    events.append(self._event("job", job, decision.reason.code.value, dict(decision.reason.details)))
-                    if self._begin_preemption(job, now, _decision_dict(decision)):
-                        signals.append(job.id)
-                    changed[job.id] = job
-                    report.preempted += 1
-            elif decision.kind is DecisionKind.ADMIT and job.state is JobState.PENDING:
-                assert decision.placement is not None
-                job.state = JobState.ADMITTED
-                job.reserved_before = False
-                job.placement = placement_to_dict(decision.placement)
-                job.admitted_time = now
-                job.attempts += 1
-                job.victims = list(decision.victims)
-                job.wait_reason = None
-                job.reason = _decision_dict(decision)
-                events.append(
-                    self._event(
-                        "job",
-                        job,
-                        decision.reason.code.value,
-                        {"placement": job.placement, "victims": job.victims, "attempt": job.attempts},
-                    )
-                )
-                changed[job.id] = job
-                starts.append(job)
-                report.admitted += 1
-                if self.metrics is not None:
-                    self.metrics.queue_wait.labels(job.team).observe(
-                        max(0.0, now - (job.queued_time or job.submit_time))
-                    )
-        return starts, signals
+                return None
+            try:
+                return resolve(self._workload(job), self.index)
+            except InvalidWorkload:
+                return None
 
-    def _mark_reserved(self, result: CycleResult, changed: dict[str, JobRecord]) -> None:
-        """Remember which pending jobs hold a backfill reservation (the scheduler keeps it for them)."""
-        for view in result.reservations:
-            held = self.jobs.get(view.workload_id)
-            if held is not None and held.state is JobState.PENDING and not held.reserved_before:
-                held.reserved_before = True
-                changed[held.id] = held
+    def jobs_on(self, node: str) -> list[str]:
+        """The jobs holding GPUs on ``node``."""
+        with self.lock:
+            return [
+                job.id
+                for job in self.jobs.values()
+                if job.state.holds_gpus and job.placement is not None and node in job.placement.nodes
+            ]
 
-    def _record_waits(self, result: CycleResult, events: list[EventRecord], changed: dict[str, JobRecord]) -> None:
-        """One event per pending job whose wait reason changed since the last one recorded for it (the first
-        wait after a submission or a requeue included), with the decision's figures and the previous code."""
-        for decision in result.decided:
-            if decision.kind is DecisionKind.WAIT:
-                self._wait_changed(decision.workload_id, decision.reason.code.value, decision.reason.details, events)
-        for workload_id, head, position in result.blocked_tail:
-            details = {"head": head, "position": position}
-            self._wait_changed(workload_id, ReasonCode.BLOCKED_BY_QUEUE_HEAD.value, details, events)
-        for event in events:
-            if event.details.get("decision") == "wait" and event.subject in self.jobs:
-                changed[event.subject] = self.jobs[event.subject]
+    def holding(self) -> list[JobRecord]:
+        """The jobs that hold GPUs now."""
+        with self.lock:
+            return [job for job in self.jobs.values() if job.state.holds_gpus and job.placement is not None]
 
-    def _wait_changed(self, job_id: str, code: str, details: Mapping[str, Any], events: list[EventRecord]) -> None:
-        job = self.jobs.get(job_id)
-        if job is None or job.state is not JobState.PENDING or job.wait_reason == code:
-            return
-        figures = {k: v for k, v in details.items() if isinstance(v, str | int | float | bool) or v is None}
-        events.append(self._event("job", job, code, {**figures, "decision": "wait", "previous": job.wait_reason}))
-        job.wait_reason = code
+    def job(self, job_id: str) -> JobRecord | None:
+        """One job by id."""
+        return self.jobs.get(job_id)
 
-    def _begin_preemption(self, job: JobRecord, now: float, reason: dict[str, Any]) -> bool:
-        """Mark a job that holds GPUs as being stopped to be requeued; True when its pods run and must be told
-        to checkpoint (they get the grace period), False when they never started (stopped at once)."""
-        started = job.state is JobState.RUNNING
-        job.state = JobState.PREEMPTING
-        job.stop_deadline = now + self.grace_s if started else now
-        job.reason = reason
-        return started
+    def jobs_of(self, select: Callable[[JobRecord], bool]) -> list[JobRecord]:
+        """The jobs ``select`` keeps, in submission order."""
+        with self.lock:
+            return [job for job in self.jobs.values() if select(job)]
 
-    def _finish(
-        self,
-        job: JobRecord,
-        state: JobState,
-        now: float,
-        exit_code: int | None,
-        events: list[EventRecord],
-        reason: str,
-        details: dict[str, Any],
-    ) -> None:
-        self._account(job, now, lost=False)
-        if reason == "cancelled":
-            details = {"message": "cancelled on request", **details}
-        job.state = state
-        job.end_time = now
-        job.exit_code = exit_code
-        job.stop_deadline = None
-        job.reason = {"reason": reason, **details}
-        self._workloads.pop(job.id, None)
-        self._ckpt_checked.pop(job.id, None)
-        self.scale_ups.pop(job.id, None)
-        events.append(self._event("job", job, reason, {**details, "usage": dict(job.usage)}))
+    def events(self, after: int, limit: int, team: str | None, subject: str | None) -> list[EventRecord]:
+        """Stored events after sequence number ``after`` (a team's own, or every one for ``team`` None)."""
+        return self.store.events(after, limit, team, subject)
 
-    def _requeue(
-        self, job: JobRecord, now: float, events: list[EventRecord], reason: str, details: dict[str, Any]
-    ) -> None:
-        job.last_checkpoint_time = self._checkpoint_time(job.id)
-        self._account(job, now, lost=True)
-        if job.state is JobState.PREEMPTING:
-            job.preemptions += 1
-        job.queued_time = now
-        job.state = JobState.PENDING
-        job.placement = None
-        job.start_time = None
-        job.stop_deadline = None
-        job.victims = []
-        job.not_before = None
-        job.wait_reason = None
-        job.reason = {"reason": reason, **details}
-        events.append(self._event("job", job, reason, details))
+    def stored_services(self) -> list[ServiceRecord]:
+        """The services the store holds (read once when the plane starts)."""
+        return self.store.load_services()
+
+    def read_log(self, job: JobRecord, rank: int, offset: int) -> bytes:
+        """A rank's log as the engine keeps it."""
+        return self.engine.read_log(job, rank, offset)
 
     def _checkpoint_time(self, job_id: str) -> float | None:
         return self.engine.last_checkpoint_time(job_id)
 
-    def _lost(
-        self, job: JobRecord, now: float, events: list[EventRecord], reason: str, details: dict[str, Any]
-    ) -> None:
-        """Requeue work the engine lost. Work lost before it ever ran is a failed start: retried after a growing
-        backoff, and failed for good (``start_failed``) after ``MAX_START_ATTEMPTS`` in a row."""
-        if job.state is not JobState.ADMITTED:
-            self._requeue(job, now, events, reason, details)
-            return
-        job.failed_starts += 1
-        if job.failed_starts >= MAX_START_ATTEMPTS:
-            last = details.get("message") or reason
-            message = f"could not start in {job.failed_starts} attempts in a row; last: {last}"
-            info = {**details, "cause": reason, "attempts": job.failed_starts, "message": message}
-            self._finish(job, JobState.FAILED, now, None, events, "start_failed", info)
-            return
-        delay = min(START_BACKOFF_MAX_S, START_BACKOFF_S * 2 ** (job.failed_starts - 1))
-        self._requeue(job, now, events, reason, {**details, "failed_starts": job.failed_starts, "retry_in_s": delay})
-        job.not_before = now + delay
-
-    def _account(self, job: JobRecord, now: float, lost: bool) -> None:
-        charge_run(job, now, self._prices, lost)
-        if job.start_time is not None and job.placement is not None:
-            job.attained_gpu_s += gpus_held(job) * max(0.0, now - job.start_time)
-            job.start_time = None
-
-    def _event(self, kind: str, job: JobRecord, reason: str, details: dict[str, Any]) -> EventRecord:
-        return EventRecord(0, self.clock(), kind, job.id, job.team, reason, details)
-
-    def _observe_metrics(self, report: TickReport, nodes: list[RayNode]) -> None:
+    def _observe_metrics(self, report: TickReport, nodes: list[ClusterNode]) -> None:
         assert self.metrics is not None
         self.metrics.tick_seconds.observe(report.decide_s)
         for ev in report.events:
@@ -656,18 +481,18 @@ class ControlPlane:
                     continue
                 info = self._started_info.get(job.id, [])
                 ranks: list[tuple[str, str | None]] = []
-                for rank, pod in enumerate(job.placement["pods"]):
+                for rank, pod in enumerate(job.placement.pods):
                     reported = info[rank] if rank < len(info) else {}
                     if "cuda_visible_devices" in reported:
-                        ranks.append((pod["node"], reported["cuda_visible_devices"]))
+                        ranks.append((pod.node, reported["cuda_visible_devices"]))
                     else:
-                        ranks.append((pod["node"], pod_cuda_visible(pod)))
+                        ranks.append((pod.node, pod_cuda_visible(pod)))
                 out[job.id] = ranks
         return out
 
     def booting_nodes(self) -> dict[str, int]:
         """Nodes ordered and not yet joined, per pool (none unless a node autoscaler is attached)."""
-        return dict(self.booting)
+        return dict(self.state.booting)
 
     def queue_usage(self) -> list[dict[str, Any]]:
         """Per team: quota per flavor, GPUs held per flavor, pending jobs and GPUs."""
@@ -683,7 +508,7 @@ class ControlPlane:
                 if job.team != team.name:
                     continue
                 if job.state.holds_gpus and job.placement is not None:
-                    flavor = job.placement["flavor"]
+                    flavor = job.placement.flavor
                     used[flavor] = used.get(flavor, 0.0) + gpus_held(job)
                     running += 1
                 elif job.state is JobState.PENDING:
@@ -715,8 +540,8 @@ class ControlPlane:
         with self.lock:
             for job in self.jobs.values():
                 if job.state.holds_gpus and job.placement is not None:
-                    for pod in job.placement["pods"]:
-                        held[pod["node"]] = held.get(pod["node"], 0.0) + pod_gpus(pod)
+                    for pod in job.placement.pods:
+                        held[pod.node] = held.get(pod.node, 0.0) + pod_gpus(pod)
         return [
             {
                 "name": n.name,
@@ -754,18 +579,16 @@ class ControlPlane:
         return out
 
 
-def exit_message(code: int | None) -> str:
-    """What an entrypoint's exit code means, for ``why`` and the job's events."""
-    if code is None:
-        return "the entrypoint's exit code is unknown"
-    if code < 0:
-        return f"the entrypoint was killed by signal {-code}"
-    if code == 0:
-        return "the entrypoint exited with code 0"
-    return f"the entrypoint exited with code {code}: see its log (gpuplane logs JOB_ID)"
-
-
-def _decision_dict(decision: Decision) -> dict[str, Any]:
-    out = decision.to_dict()
-    out["details"] = {k: v for k, v in out["details"].items() if k not in ("all_failures", "rejected_pools")}
-    return out
+def _settle_unwatched(job: JobRecord, status: RunStatus, now: float) -> Intent:
+    """What the plane would have done had it seen ``job``'s run end (``status``: EXITED, with the end time its
+    reapers recorded), the run charged up to that end rather than up to the restart."""
+    floor = job.start_time if job.start_time is not None else (job.admitted_time or now)
+    end = min(now, max(floor, status.ended_at if status.ended_at is not None else now))
+    details: dict[str, Any] = {"exit_code": status.exit_code, "ended_while_unwatched": True}
+    if job.state is JobState.CANCELLING:
+        return EndRun(job.id, JobState.CANCELLED, "cancelled", status.exit_code, details, at=end)
+    if job.state is JobState.PREEMPTING:
+        return Requeue(job.id, "requeued_after_preemption", {**details, "killed_after_grace": False}, at=end)
+    state = JobState.SUCCEEDED if status.exit_code == 0 else JobState.FAILED
+    message = exit_message(status.exit_code)
+    return EndRun(job.id, state, state.value, status.exit_code, {**details, "message": message}, at=end)

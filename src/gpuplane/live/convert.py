@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuplane.live.ray_cluster import RayNode
+from gpuplane.live.ports import ClusterNode
 from gpuplane.live.records import JobRecord
 from gpuplane.model.cluster import Node
 from gpuplane.model.placement import Placement, PodPlacement
@@ -43,7 +43,7 @@ def placement_to_dict(placement: Placement) -> dict[str, Any]:
 
 
 def placement_from_dict(data: dict[str, Any]) -> Placement:
-    """A placement back from its JSON form."""
+    """A placement back from its JSON form (as the store keeps it)."""
     return Placement(
         pool=data["pool"],
         flavor=data["flavor"],
@@ -55,22 +55,22 @@ def to_running(job: JobRecord, workload: Workload) -> RunningWorkload:
     """A job that holds GPUs, as the scheduler sees it."""
     assert job.placement is not None
     start = job.start_time if job.start_time is not None else (job.admitted_time or job.submit_time)
-    return RunningWorkload(workload, placement_from_dict(job.placement), start, job.last_checkpoint_time)
+    return RunningWorkload(workload, job.placement, start, job.last_checkpoint_time)
 
 
-def to_node(node: RayNode, schedulable: bool = True) -> Node:
+def to_node(node: ClusterNode, schedulable: bool = True) -> Node:
     """A live Ray node as a scheduler node (a cordoned one keeps its work but takes no new work)."""
     return Node(name=node.name, pool=node.pool, gpus=node.gpus, domain=node.domain, schedulable=schedulable)
 
 
-def pod_gpus(pod: dict[str, Any]) -> float:
+def pod_gpus(pod: PodPlacement) -> float:
     """GPUs one placed pod holds: its share of a shared GPU, else its GPUs (a MIG slice counts its GPU)."""
-    return pod["gpu_milli"] / 1000.0 if pod.get("gpu_milli") is not None else float(len(pod["gpus"]))
+    return pod.gpu_milli / 1000.0 if pod.gpu_milli is not None else float(len(pod.gpus))
 
 
-def pod_cuda_visible(pod: dict[str, Any]) -> str:
+def pod_cuda_visible(pod: PodPlacement) -> str:
     """The ``CUDA_VISIBLE_DEVICES`` a placed pod's process is started with: its GPU indices on its node."""
-    return ",".join(str(g) for g in pod["gpus"])
+    return ",".join(str(g) for g in pod.gpus)
 
 
 def gpus_asked(job: JobRecord) -> float:
@@ -80,4 +80,4 @@ def gpus_asked(job: JobRecord) -> float:
 
 def gpus_held(job: JobRecord) -> float:
     """GPUs a placed job holds (see ``pod_gpus``)."""
-    return 0.0 if job.placement is None else sum(pod_gpus(pod) for pod in job.placement["pods"])
+    return 0.0 if job.placement is None else sum(pod_gpus(pod) for pod in job.placement.pods)

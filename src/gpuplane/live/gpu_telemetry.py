@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpuplane.live.control import ControlPlane
-from gpuplane.live.ray_cluster import RayNode
+from gpuplane.live.ports import ClusterNode
 from gpuplane.policy import PolicySpec
 from gpuplane.telemetry import (
     DeviceReading,
@@ -57,7 +57,7 @@ class GpuReadings(Protocol):
     def source(self) -> GaugeSource:
         """Where the readings come from."""
 
-    def read(self, nodes: Sequence[RayNode]) -> list[DeviceGroup]:
+    def read(self, nodes: Sequence[ClusterNode]) -> list[DeviceGroup]:
         """Read every device the plane can see for the alive ``nodes``."""
 
     def close(self) -> None:
@@ -68,7 +68,7 @@ class HostTelemetry:
     """NVML of this host for the nodes on it, else virtual GPUs per node (see the module docstring)."""
 
     def __init__(
-        self, policy: PolicySpec, prefer: str = "auto", on_this_host: Callable[[RayNode], bool] = lambda _n: True
+        self, policy: PolicySpec, prefer: str = "auto", on_this_host: Callable[[ClusterNode], bool] = lambda _n: True
     ) -> None:
         """Open the source once (``prefer``: auto, nvml or virtual as in ``open_telemetry``; TelemetryUnavailable
         for ``nvml`` when it cannot start); logs which source and, when not NVML, why. ``on_this_host`` says which
@@ -90,7 +90,7 @@ class HostTelemetry:
         """``nvml`` when NVML opened, else ``virtual``."""
         return GaugeSource.NVML if self._nvml is not None else GaugeSource.VIRTUAL
 
-    def read(self, nodes: Sequence[RayNode]) -> list[DeviceGroup]:
+    def read(self, nodes: Sequence[ClusterNode]) -> list[DeviceGroup]:
         """One group of this host's NVML devices for its nodes, or one group of virtual GPUs per node."""
         alive = [n for n in nodes if n.alive]
         if self._nvml is not None:
@@ -103,7 +103,7 @@ class HostTelemetry:
                 groups.append(DeviceGroup(node.name, frozenset({node.name}), tuple(virtual.devices())))
         return groups
 
-    def _virtual_of(self, node: RayNode) -> VirtualTelemetry | None:
+    def _virtual_of(self, node: ClusterNode) -> VirtualTelemetry | None:
         if node.name not in self._virtual:
             pool = self._pools.get(node.pool)
             if pool is None:

@@ -165,7 +165,7 @@ class Metrics:
         for job in jobs:
             if job.state.holds_gpus and job.placement is not None:
                 held = gpus_held(job)
-                pool = job.placement["pool"]
+                pool = job.placement.pool
                 allocated[pool] += held
                 team_gpus[job.team] += held
                 running[job.team] += 1

@@ -1,10 +1,12 @@
-"""Live node autoscaling: the core's ``plan_nodes`` carried out through the ``NodeProvider`` port.
+"""Live node autoscaling: the core's ``plan_nodes`` as intents, carried out through the ``NodeProvider`` port.
 
 Every node tick the scaler gives ``plan_nodes`` the ready nodes (GPUs held, empty since when), the nodes
 still booting, and the work the last scheduling cycle left waiting for capacity. Added nodes join after the
 pool's ``startup_seconds`` (the provider's own start time counts towards it; a real cloud node takes
 minutes, a local Ray worker about a second, so the rest is waited out); removed nodes are empty ones only.
-Every decision is an event with its reason and is counted in ``gpuplane_scale_events_total``.
+Every decision is an event with its reason and is counted in ``gpuplane_scale_events_total``. The scaler
+changes nothing in the control plane: ``plan`` returns intents (order, remove, cordon, drain, events) that the
+plane's applier carries out, and the applier hands node orders and removals back to it to run in the background.
 Consolidation drains an under-used node whose work is all preemptible and checkpointing: the node is
 cordoned (no new work), each job is told to checkpoint and is placed again elsewhere, and the node is removed
 once empty.
@@ -18,17 +20,28 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gpuplane.autoscale.nodes import NodeDecision, NodeReasonCode, NodeState, PendingDemand, capacity_demand, plan_nodes
 from gpuplane.live.control import ControlPlane
+from gpuplane.live.intents import (
+    CordonNode,
+    Drain,
+    Intent,
+    NodeGone,
+    NodeJoined,
+    OrderNode,
+    RecordEvents,
+    RemoveNode,
+    ScaleUpNote,
+)
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock, NodeProvider
 from gpuplane.live.records import EventRecord, NodeRecord
 from gpuplane.policy.nodes import pool_nodes
-from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, resolve
 
 FAILED_POOL_BACKOFF_S = 60.0
 
 
 class LiveNodeScaler:
-    """Plans node changes from the control plane's state and applies them in the background."""
+    """Plans node changes from the control plane's state as intents (``plan``), and carries out the node orders
+    and removals the applier hands it in the background (the applier's ``NodeActions``)."""
 
     def __init__(
         self, control: ControlPlane, provider: NodeProvider, metrics: Metrics, clock: Clock, shadow: bool = False
@@ -52,17 +65,52 @@ class LiveNodeScaler:
         """Nodes whose removal was ordered (they may still be listed until their processes stop)."""
         self._draining: dict[str, str] = {}
         """Nodes being consolidated (cordoned, their work moving), by pool; removed once empty."""
+        if not shadow:
+            control.node_actions = self
 
     def tick(self) -> list[EventRecord]:
-        """Plan and start applying node changes; returns the decisions' events."""
+        """Plan, hand the intents to the control plane's applier; returns the events written."""
+        return self.control.apply(self.plan())
+
+    def plan(self) -> list[Intent]:
+        """This node tick's intents: drained nodes removed, then ``plan_nodes``' decisions (orders, removals of
+        empty nodes, consolidation), each decision also recorded as an event."""
         now = self.clock()
-        self._release_drained(now)
-        view = [n for n in self.control.node_view() if n["alive"]]
+        intents: list[Intent] = self._release_drained(now)
+        states = self._node_states(now)
+        with self._lock:
+            booting: dict[str, int] = {}
+            for pool in self._booting.values():
+                booting[pool] = booting.get(pool, 0) + 1
+        unavailable = frozenset(pool for pool, until in self._unavailable.items() if until > now)
+        plan = plan_nodes(self.control.policy, states, booting, self._demand(), now, unavailable)
+        if self.shadow:
+            return intents + self._record_would_be(plan, now)
+        events: list[EventRecord] = []
+        known = {n["name"] for n in self.control.node_view()} | set(self._booting)
+        for decision in plan:
+            details = {**decision.details, "add": decision.add, "remove": list(decision.remove)}
+            events.append(EventRecord(0, now, "node", decision.pool, None, decision.code.value, details))
+            for _ in range(decision.add):
+                name = self._next_name(decision.pool, known)
+                known.add(name)
+                intents.append(self._order(decision, name, now))
+            if decision.remove and decision.code is NodeReasonCode.SCALE_DOWN_EMPTY:
+                for name in decision.remove:
+                    intents += self._release(decision.pool, name, decision.code, now)
+            if decision.remove and decision.code is NodeReasonCode.CONSOLIDATE_UNDERUTILIZED:
+                for name in decision.remove:
+                    intents += self._consolidate(decision.pool, name)
+        intents.append(RecordEvents(tuple(events)))
+        return intents
+
+    def _node_states(self, now: float) -> list[NodeState]:
+        """The ready nodes as ``plan_nodes`` sees them (GPUs held, empty or under-used since when, movable)."""
         movable = self._movable()
         states = []
-        for node in view:
+        for node in self.control.node_view():
             name, pool = node["name"], node["pool"]
-            if pool not in self._pools:
+            if not node["alive"] or pool not in self._pools:
                 continue
             allocated = float(node["allocated_gpus"])
             if allocated <= 0:
@@ -86,49 +134,9 @@ class LiveNodeScaler:
                     self._below_since.get(name),
                 )
             )
-        with self._lock:
-            booting: dict[str, int] = {}
-            for pool in self._booting.values():
-                booting[pool] = booting.get(pool, 0) + 1
-        unavailable = frozenset(pool for pool, until in self._unavailable.items() if until > now)
-        plan = plan_nodes(self.control.policy, states, booting, self._demand(), now, unavailable)
-        if self.shadow:
-            return self._record_would_be(plan, now)
-        events: list[EventRecord] = []
-        known = {n["name"] for n in self.control.node_view()} | set(self._booting)
-        for decision in plan:
-            event = EventRecord(
-                0,
-                now,
-                "node",
-                decision.pool,
-                None,
-                decision.code.value,
-                {**decision.details, "add": decision.add, "remove": list(decision.remove)},
-            )
-            events.append(event)
-            if decision.add:
-                for job_id in decision.details.get("for", []):
-                    self.control.scale_ups[job_id] = {
-                        "pool": decision.pool,
-                        "reason": decision.code.value,
-                        "ordered_at": now,
-                        "startup_seconds": self._pools[decision.pool].startup_seconds,
-                    }
-                for _ in range(decision.add):
-                    name = self._next_name(decision.pool, known)
-                    known.add(name)
-                    self._order(decision.pool, name, decision.code, now)
-            if decision.remove and decision.code is NodeReasonCode.SCALE_DOWN_EMPTY:
-                for name in decision.remove:
-                    self._release(decision.pool, name, decision.code, now)
-            if decision.remove and decision.code is NodeReasonCode.CONSOLIDATE_UNDERUTILIZED:
-                for name in decision.remove:
-                    self._consolidate(decision.pool, name, now)
-        self.control.store.add_events(events)
-        return events
+        return states
 
-    def _record_would_be(self, plan: list[NodeDecision], now: float) -> list[EventRecord]:
+    def _record_would_be(self, plan: list[NodeDecision], now: float) -> list[Intent]:
         """Shadow: each pool's decision as the events a real plane would write (the plan, then one ``ordered``
         per node it would add, one ``removed`` per node it would take away), recorded when the pool's decision
         changes; nothing is ordered, so the same decision stands tick after tick until the demand changes."""
@@ -152,83 +160,66 @@ class LiveNodeScaler:
                 )
                 self.metrics.scale_events.labels(decision.pool, "down", code).inc()
         self._last_plan = current
-        self.control.store.add_events(events)
-        return events
-
-    def _jobs_on(self, name: str) -> list[str]:
-        with self.control.lock:
-            return [
-                job.id
-                for job in self.control.jobs.values()
-                if job.state.holds_gpus and job.placement and any(p["node"] == name for p in job.placement["pods"])
-            ]
+        return [RecordEvents(tuple(events))] if events else []
 
     def _movable(self) -> dict[str, bool]:
         """Per node: whether all its work is preemptible and checkpoints (so it may be moved elsewhere)."""
         out: dict[str, bool] = {}
-        with self.control.lock:
-            for job in self.control.jobs.values():
-                if not job.state.holds_gpus or not job.placement:
-                    continue
-                try:
-                    preemptible = resolve(self.control._workload(job), self.control.index).preemptible
-                except InvalidWorkload:
-                    preemptible = False
-                ok = preemptible and job.checkpoint_interval_s is not None and job.service is None
-                for pod in job.placement["pods"]:
-                    out[pod["node"]] = out.get(pod["node"], True) and ok
+        for job in self.control.holding():
+            resolved = self.control.resolved(job.id)
+            preemptible = resolved is not None and resolved.preemptible
+            ok = preemptible and job.checkpoint_interval_s is not None and job.service is None
+            assert job.placement is not None
+            for pod in job.placement.pods:
+                out[pod.node] = out.get(pod.node, True) and ok
         return out
 
-    def _consolidate(self, pool: str, name: str, now: float) -> None:
+    def _consolidate(self, pool: str, name: str) -> list[Intent]:
         """Cordon ``name`` and move its work: each job checkpoints and is placed again; the node goes when empty."""
         self._draining[name] = pool
-        self.control.cordoned.add(name)
-        for job_id in self._jobs_on(name):
-            self.control.drain(job_id, "moved_by_consolidation", {"node": name, "pool": pool})
+        intents: list[Intent] = [CordonNode(name)]
+        intents += [
+            Drain(job_id, "moved_by_consolidation", {"node": name, "pool": pool})
+            for job_id in self.control.jobs_on(name)
+        ]
         self.metrics.scale_events.labels(pool, "down", NodeReasonCode.CONSOLIDATE_UNDERUTILIZED.value).inc()
+        return intents
 
-    def _release_drained(self, now: float) -> None:
+    def _release_drained(self, now: float) -> list[Intent]:
+        intents: list[Intent] = []
         for name, pool in list(self._draining.items()):
-            if not self._jobs_on(name):
+            if not self.control.jobs_on(name):
                 del self._draining[name]
-                self._take_down(pool, name, NodeReasonCode.CONSOLIDATE_UNDERUTILIZED, now)
+                intents.append(self._take_down(pool, name, NodeReasonCode.CONSOLIDATE_UNDERUTILIZED, now))
+        return intents
 
-    def _take_down(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
-        """Record node ``name`` as removed for ``code`` and stop it in the background."""
+    def _take_down(self, pool: str, name: str, code: NodeReasonCode, now: float) -> RemoveNode:
+        """Node ``name`` removed for ``code`` (the applier records it and hands the removal back to ``remove``)."""
         record = NodeRecord(
             name, pool, self._pools[pool].gpus_per_node, "removed", now, removed_time=now, reason={"reason": code.value}
-        )
-        self.control.store.save_node(
-            record, EventRecord(0, now, "node", name, None, "removed", {"pool": pool, "reason": code.value})
         )
         self._empty_since.pop(name, None)
         self._below_since.pop(name, None)
         self._removing.add(name)
+        return RemoveNode(record)
+
+    def remove(self, name: str) -> None:
+        """Stop node ``name`` in the background; the applier hears back with ``NodeGone``."""
         self._pool.submit(self._remove, name)
 
     def _remove(self, name: str) -> None:
         try:
             self.provider.remove_node(name)
         finally:
-            self.control.cordoned.discard(name)
+            self.control.apply([NodeGone(name)])
             self._removing.discard(name)
 
     def _demand(self) -> list[PendingDemand]:
         result = self.control.last_result
         if result is None:
             return []
-
-        def resolved_of(job_id: str) -> Resolved | None:
-            job = self.control.jobs.get(job_id)
-            if job is None:
-                return None
-            try:
-                return resolve(self.control._workload(job), self.control.index)
-            except InvalidWorkload:
-                return None
-
         with self.control.lock:
-            return capacity_demand(self.control.policy, result.decided, resolved_of)
+            return capacity_demand(self.control.policy, result.decided, self.control.resolved)
 
     def _next_name(self, pool: str, known: set[str]) -> str:
         """The pool's first node name (as ``policy.nodes.pool_nodes`` names them) not in use."""
@@ -237,15 +228,18 @@ class LiveNodeScaler:
             index += 1
         return name
 
-    def _order(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
-        with self._lock:
-            self._booting[name] = pool
-        self.control.booting[pool] = self.control.booting.get(pool, 0) + 1
-        record = NodeRecord(name, pool, self._pools[pool].gpus_per_node, "booting", now, reason={"reason": code.value})
-        self.control.store.save_node(
-            record, EventRecord(0, now, "node", name, None, "ordered", {"pool": pool, "reason": code.value})
-        )
+    def _order(self, decision: NodeDecision, name: str, now: float) -> OrderNode:
+        pool, code = decision.pool, decision.code
+        spec = self._pools[pool]
+        record = NodeRecord(name, pool, spec.gpus_per_node, "booting", now, reason={"reason": code.value})
+        note = ScaleUpNote(pool, code.value, now, spec.startup_seconds)
         self.metrics.scale_events.labels(pool, "up", code.value).inc()
+        return OrderNode(record, tuple(decision.details.get("for", [])), note)
+
+    def order(self, record: NodeRecord) -> None:
+        """Add ``record``'s node in the background; the applier hears back with ``NodeJoined``."""
+        with self._lock:
+            self._booting[record.name] = record.pool
         self._pool.submit(self._boot, record)
 
     def _boot(self, record: NodeRecord) -> None:
@@ -266,17 +260,14 @@ class LiveNodeScaler:
             self.metrics.node_startup.labels(record.pool).observe(record.ready_time - record.requested_time)
         with self._lock:
             self._booting.pop(record.name, None)
-        self.control.booting[record.pool] = max(0, self.control.booting.get(record.pool, 0) - 1)
-        self.control.store.save_node(
-            record, EventRecord(0, self.clock(), "node", record.name, None, record.state, dict(record.reason))
-        )
+        self.control.apply([NodeJoined(record)])
         self.control.wake.set()
 
-    def _release(self, pool: str, name: str, code: NodeReasonCode, now: float) -> None:
-        if self._jobs_on(name):
-            return
+    def _release(self, pool: str, name: str, code: NodeReasonCode, now: float) -> list[Intent]:
+        if self.control.jobs_on(name):
+            return []
         self.metrics.scale_events.labels(pool, "down", code.value).inc()
-        self._take_down(pool, name, code, now)
+        return [self._take_down(pool, name, code, now)]
 
     def close(self) -> None:
         """Stop applying changes (nodes still booting finish in the background)."""

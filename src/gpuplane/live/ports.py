@@ -1,17 +1,54 @@
-"""The ports the control plane drives (design: Clock, ClusterState, Engine, NodeProvider).
+"""The ports the control plane drives (design: Clock, ClusterState, Engine, NodeProvider) and the types they speak.
 
-The Ray adapters (``ray_engine.RayEngine``, ``ray_cluster``) and the store (``store.Store``) implement them;
-tests may substitute their own.
+The Ray adapters (``ray_engine.RayEngine``, ``ray_cluster``) and the store (``store.Store``) implement them and
+import these types from here; tests may substitute their own adapters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
 
-from gpuplane.live.ray_cluster import RayNode
-from gpuplane.live.ray_engine import RunStatus
 from gpuplane.live.records import JobRecord
+
+
+class RunPhase(StrEnum):
+    """Where a started workload stands on the cluster."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"
+
+
+@dataclass(slots=True)
+class RunStatus:
+    """A workload's phase; exit code when every pod has exited; why it was lost; what the engine reported at start.
+
+    ``ended_at``: when the run ended, set only when it ended while no plane watched it (read from the exit files
+    its ranks' reapers wrote); otherwise the plane's own observation time stands."""
+
+    phase: RunPhase
+    exit_code: int | None = None
+    message: str = ""
+    info: list[dict[str, Any]] = field(default_factory=list)
+    ended_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """A node of the cluster that belongs to a gpuplane pool (the Ray adapter finds it by its labels)."""
+
+    name: str
+    pool: str
+    gpus: int
+    domain: str
+    ip: str
+    node_id: str
+    alive: bool
+
 
 Clock = Callable[[], float]
 """Seconds since the epoch; the only source of time the control plane reads."""
@@ -49,7 +86,7 @@ class Engine(Protocol):
 class NodeProvider(Protocol):
     """Lists the cluster's nodes and, where the cluster allows it, adds and removes them."""
 
-    def nodes(self) -> list[RayNode]:
+    def nodes(self) -> list[ClusterNode]:
         """Every gpuplane node of the cluster, alive or not."""
 
     def can_scale(self) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuplane.live.ray_cluster import LocalRayCluster, RayNode, discover_nodes
+from gpuplane.live.ports import ClusterNode
+from gpuplane.live.ray_cluster import LocalRayCluster, discover_nodes
 from gpuplane.policy import PolicySpec
 from gpuplane.policy.nodes import pool_nodes
 
@@ -11,7 +12,7 @@ class ClusterNodes:
     """An existing Ray cluster (``--ray-address``): nodes are found by their gpuplane labels; the cluster's own
     autoscaler (KubeRay, Ray on VMs) adds and removes them, so this provider only reports."""
 
-    def nodes(self) -> list[RayNode]:
+    def nodes(self) -> list[ClusterNode]:
         """The cluster's labelled nodes."""
         return discover_nodes()
 
@@ -36,7 +37,7 @@ class LocalNodeProvider:
         self._pools = {p.name: p for p in policy.pools}
         self._removed: set[str] = set()
 
-    def nodes(self) -> list[RayNode]:
+    def nodes(self) -> list[ClusterNode]:
         """Labelled nodes, without those this provider removed on purpose."""
         return [n for n in discover_nodes() if n.name not in self._removed or n.alive]
 

@@ -23,10 +23,10 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuplane.live.ports import ClusterNode
 from gpuplane.live.sandbox import without_secrets
 
 NODE_LABEL = "gpuplane.io/node"
@@ -49,20 +49,7 @@ def node_resources(gpus: int, pool: str) -> dict[str, float]:
     return res
 
 
-@dataclass(frozen=True, slots=True)
-class RayNode:
-    """A Ray node that belongs to a gpuplane pool (found by its labels)."""
-
-    name: str
-    pool: str
-    gpus: int
-    domain: str
-    ip: str
-    node_id: str
-    alive: bool
-
-
-def discover_nodes() -> list[RayNode]:
+def discover_nodes() -> list[ClusterNode]:
     """The connected cluster's nodes that carry gpuplane labels (dead ones included, marked)."""
     import ray
 
@@ -73,7 +60,7 @@ def discover_nodes() -> list[RayNode]:
         if not name or not pool:
             continue
         out.append(
-            RayNode(
+            ClusterNode(
                 name=name,
                 pool=pool,
                 gpus=int(info.get("Resources", {}).get("GPU", 0)),

@@ -13,45 +13,23 @@ import json
 import logging
 import os
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from gpuplane.live.actors import JobRank, ServiceReplica, exit_path, pid_path
 from gpuplane.live.convert import pod_cuda_visible
+from gpuplane.live.ports import RunPhase, RunStatus
 from gpuplane.live.process_tree import kill_group, recorded_exit
 from gpuplane.live.ray_cluster import NODE_LABEL, SLOT_RESOURCE, discover_nodes, gpu_resource
 from gpuplane.live.records import JobRecord
 from gpuplane.live.sandbox import private_dir
+from gpuplane.model.placement import PodPlacement
 
 logger = logging.getLogger("gpuplane.live")
 
 NAMESPACE = "gpuplane"
 CALL_TIMEOUT_S = 10.0
 OPTIONS_ENV = "GPUPLANE_HANDLER_OPTIONS"
-
-
-class RunPhase(StrEnum):
-    """Where a started workload stands on the cluster."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    EXITED = "exited"
-    LOST = "lost"
-
-
-@dataclass(slots=True)
-class RunStatus:
-    """A workload's phase; exit code when every pod has exited; why it was lost; what Ray reported at start.
-
-    ``ended_at``: when the run ended, set only when it ended while no plane watched it (read from the exit files
-    its ranks' reapers wrote); otherwise the plane's own observation time stands."""
-
-    phase: RunPhase
-    exit_code: int | None = None
-    message: str = ""
-    info: list[dict[str, Any]] = field(default_factory=list)
-    ended_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -109,17 +87,17 @@ class RayEngine:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         assert job.placement is not None
-        pods = job.placement["pods"]
+        pods = job.placement.pods
         bundles, selectors, demands = [], [], []
         for pod in pods:
             demand = _pod_demand(pod, job)
             bundles.append(
                 {**demand["resources"], "GPU": demand["num_gpus"]} if demand["num_gpus"] else demand["resources"]
             )
-            selectors.append({NODE_LABEL: pod["node"]})
+            selectors.append({NODE_LABEL: pod.node})
             demands.append(demand)
         pg_name, actor_prefix = _names(job.id, job.attempts)
-        nodes = {pod["node"] for pod in pods}
+        nodes = {pod.node for pod in pods}
         pg = placement_group(
             bundles,
             strategy="STRICT_PACK" if len(nodes) == 1 else "PACK",
@@ -129,7 +107,7 @@ class RayEngine:
         )
         actors: list[Any] = []
         refs: list[Any] = []
-        master = self._node_ip(pods[0]["node"])
+        master = self._node_ip(pods[0].node)
         for rank, (pod, demand) in enumerate(zip(pods, demands, strict=True)):
             options = {
                 "name": f"{actor_prefix}{rank}",
@@ -160,7 +138,7 @@ class RayEngine:
         self._runs[job.id] = _Run(job.id, job.attempts, job.service is not None, pg, actors, refs)
 
     def _job_env(
-        self, job: JobRecord, rank: int, world: int, pod: dict[str, Any], master: str, grace: float
+        self, job: JobRecord, rank: int, world: int, pod: PodPlacement, master: str, grace: float
     ) -> dict[str, str]:
         ckpt = private_dir(self.checkpoint_dir(job.id))
         return {
@@ -171,7 +149,7 @@ class RayEngine:
             "GPUPLANE_ATTEMPT": str(job.attempts),
             "GPUPLANE_RANK": str(rank),
             "GPUPLANE_WORLD_SIZE": str(world),
-            "GPUPLANE_NODE": pod["node"],
+            "GPUPLANE_NODE": pod.node,
             "GPUPLANE_CHECKPOINT_DIR": str(ckpt),
             "GPUPLANE_PREEMPT_SIGNAL": "SIGTERM",
             "GPUPLANE_GRACE_PERIOD_S": f"{grace:g}",
@@ -194,7 +172,7 @@ class RayEngine:
         from ray.util import get_placement_group
 
         pg_name, prefix = _names(job.id, job.attempts)
-        pods = (job.placement or {}).get("pods", [])
+        pods = job.placement.pods if job.placement is not None else ()
         try:
             actors = [ray.get_actor(f"{prefix}{rank}", namespace=NAMESPACE) for rank in range(len(pods))]
             pg = get_placement_group(pg_name)
@@ -227,7 +205,7 @@ class RayEngine:
         from ray.util import get_placement_group, remove_placement_group
 
         pg_name, prefix = _names(job.id, job.attempts)
-        for rank in range(len((job.placement or {}).get("pods", []))):
+        for rank in range(len(job.placement.pods if job.placement is not None else ())):
             with contextlib.suppress(ValueError):
                 ray.kill(ray.get_actor(f"{prefix}{rank}", namespace=NAMESPACE))
         with contextlib.suppress(ValueError):
@@ -369,15 +347,15 @@ class RayEngine:
         return list(self._runs)
 
 
-def _pod_demand(pod: dict[str, Any], job: JobRecord) -> dict[str, Any]:
+def _pod_demand(pod: PodPlacement, job: JobRecord) -> dict[str, Any]:
     resources: dict[str, float] = {SLOT_RESOURCE: 1.0}
-    if pod.get("gpu_milli") is not None:
-        return {"num_gpus": pod["gpu_milli"] / 1000.0, "resources": resources}
-    if pod.get("mig"):
+    if pod.gpu_milli is not None:
+        return {"num_gpus": pod.gpu_milli / 1000.0, "resources": resources}
+    if pod.mig_profile:
         return {"num_gpus": 0, "resources": resources}
-    for gpu in pod["gpus"]:
+    for gpu in pod.gpus:
         resources[gpu_resource(gpu)] = 1.0
-    return {"num_gpus": len(pod["gpus"]), "resources": resources}
+    return {"num_gpus": len(pod.gpus), "resources": resources}
 
 
 def _start_error(refs: list[Any]) -> str | None:

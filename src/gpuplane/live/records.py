@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpuplane.model.placement import Placement
+
 
 class JobState(StrEnum):
     """A job's life: waiting, holding GPUs (admitted, then running), being stopped, or done."""
@@ -28,6 +30,37 @@ class JobState(StrEnum):
     def holds_gpus(self) -> bool:
         """Whether the scheduler counts the job's placement as taken."""
         return self in (JobState.ADMITTED, JobState.RUNNING)
+
+
+_ENDS = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.ADMITTED, JobState.CANCELLED}) | _ENDS,
+    JobState.ADMITTED: frozenset({JobState.RUNNING, JobState.PENDING, JobState.PREEMPTING, JobState.CANCELLING})
+    | _ENDS,
+    JobState.RUNNING: frozenset({JobState.PENDING, JobState.PREEMPTING, JobState.CANCELLING}) | _ENDS,
+    JobState.PREEMPTING: frozenset({JobState.PENDING, JobState.CANCELLING}) | _ENDS,
+    JobState.CANCELLING: _ENDS,
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+"""The states a job may move to from each state. Work that holds GPUs is requeued (back to pending) when it is
+lost or preempted; a job being cancelled only ends; an ended job never moves again. Any state that has not ended
+may end: a run can exit, fail or be withdrawn at any point (a shadow plane ends a job when its real run does)."""
+
+
+class IllegalTransition(RuntimeError):
+    """A job was asked to move between states the transition table does not link (a control-plane bug)."""
+
+    def __init__(self, job_id: str, source: JobState, target: JobState) -> None:
+        allowed = ", ".join(sorted(s.value for s in TRANSITIONS[source])) or "none: it has ended"
+        super().__init__(
+            f"job '{job_id}' cannot go from {source.value} to {target.value}; from {source.value} it may go to: "
+            f"{allowed} (records.TRANSITIONS)"
+        )
+        self.job_id = job_id
+        self.source = source
+        self.target = target
 
 
 @dataclass(slots=True)
@@ -54,7 +87,7 @@ class JobRecord:
     service: str | None = None
     idempotency_key: str | None = None
     state: JobState = JobState.PENDING
-    placement: dict[str, Any] | None = None
+    placement: Placement | None = None
     queued_time: float | None = None
     admitted_time: float | None = None
     start_time: float | None = None
@@ -80,6 +113,12 @@ class JobRecord:
     """Accepted by a shadow plane: its states are what the plane would have done, nothing ran (``shadow.py``)."""
     observed: dict[str, Any] = field(default_factory=dict)
     """Shadow only: the real run as observed on the cluster (state, start_time, end_time, source)."""
+
+    def move_to(self, state: JobState) -> None:
+        """Set the job's state, or raise ``IllegalTransition`` when ``TRANSITIONS`` does not allow the move."""
+        if state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(self.id, self.state, state)
+        self.state = state
 
 
 class ServiceState(StrEnum):

@@ -29,7 +29,7 @@ def charge_run(job: JobRecord, now: float, prices: Mapping[str, PoolPrice], lost
         checkpoint = job.last_checkpoint_time
         since = checkpoint if checkpoint is not None and checkpoint > job.start_time else job.start_time
         lost_s = max(0.0, now - since)
-    price = prices.get(str(job.placement.get("pool")))
+    price = prices.get(job.placement.pool)
     run = charge(price, gpus * held_s, gpus * lost_s) if price else Usage(gpu_s=gpus * held_s)
     total = Usage.from_dict(job.usage) if job.usage else Usage()
     total.add(run)

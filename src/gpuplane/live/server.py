@@ -20,9 +20,9 @@ from gpuplane.live.lease import LeaseHeld, PlaneLease
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import PlaneModeError, check_mode
 from gpuplane.live.node_scaling import LiveNodeScaler
-from gpuplane.live.ports import NodeProvider
+from gpuplane.live.ports import ClusterNode, NodeProvider
 from gpuplane.live.providers import ClusterNodes, LocalNodeProvider
-from gpuplane.live.ray_cluster import LocalRayCluster, RayNode
+from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.ray_engine import NAMESPACE, RayEngine
 from gpuplane.live.sandbox import private_dir
 from gpuplane.live.services import ServiceManager
@@ -165,7 +165,7 @@ class LivePlane:
         self._loop: threading.Thread | None = None
         self.app = create_app(self.control, self.tokens, self.metrics, self.services, options.data_dir)
 
-    def _on_this_host(self, node: RayNode) -> bool:
+    def _on_this_host(self, node: ClusterNode) -> bool:
         """Whether ``node`` runs on this host, whose GPUs NVML reads: every node of the embedded cluster; of an
         attached one, the nodes on a loopback address or on the address Ray knows this host by."""
         if self.options.ray_address is None:

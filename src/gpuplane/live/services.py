@@ -20,9 +20,10 @@ import httpx
 from pydantic import ValidationError
 
 from gpuplane.autoscale.canary import CanaryJudge, CanaryPhase, RevisionWindow, split_replicas
-from gpuplane.autoscale.replicas import ReplicaAutoscaler, ServiceSignals
-from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.autoscale.replicas import ReplicaAutoscaler, ReplicaDecision, ServiceSignals
+from gpuplane.live.control import ControlPlane
 from gpuplane.live.gpu_telemetry import LiveTelemetry
+from gpuplane.live.intents import Cancel, SaveService, ServiceIntent, Submit
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ray_engine import OPTIONS_ENV
 from gpuplane.live.records import EventRecord, JobRecord, JobState, ServiceRecord, ServiceState
@@ -159,7 +160,7 @@ class ServiceManager:
 
     def recover(self) -> int:
         """Load the services from the store (their replicas are jobs, recovered with the jobs)."""
-        for service in self.control.store.load_services():
+        for service in self.control.stored_services():
             self._install(service)
         return len(self.services)
 
@@ -216,9 +217,8 @@ class ServiceManager:
                 desired_replicas=spec.autoscaling.min_replicas,
             )
             record.options = options
-            self.control.store.save_service(
-                record, EventRecord(0, now, "service", spec.name, spec.team, "deployed", {"handler": handler})
-            )
+            event = EventRecord(0, now, "service", spec.name, spec.team, "deployed", {"handler": handler})
+            self.control.apply([SaveService(record, event)])
             self._install(record)
         self.control.wake.set()
         return self.view(spec.name)
@@ -229,9 +229,8 @@ class ServiceManager:
             service = self.services[name]
             service.manual_replicas = replicas
             now = self.control.clock()
-            self.control.store.save_service(
-                service, EventRecord(0, now, "service", name, service.team, "scaled_manually", {"replicas": replicas})
-            )
+            event = EventRecord(0, now, "service", name, service.team, "scaled_manually", {"replicas": replicas})
+            self.control.apply([SaveService(service, event)])
         self.control.wake.set()
         return self.view(name)
 
@@ -240,107 +239,132 @@ class ServiceManager:
         with self._lock:
             service = self.services[name]
             service.state = ServiceState.DELETING
-            self.control.store.save_service(
-                service, EventRecord(0, self.control.clock(), "service", name, service.team, "deleting", {})
-            )
+            event = EventRecord(0, self.control.clock(), "service", name, service.team, "deleting", {})
+            self.control.apply([SaveService(service, event)])
         self.control.wake.set()
         return self.view(name)
 
     def replicas(self, name: str) -> list[JobRecord]:
         """The service's replica jobs that are not finished, oldest first."""
-        return [j for j in self.control.jobs.values() if j.service == name and not j.state.finished]
+        return self.control.jobs_of(lambda j: j.service == name and not j.state.finished)
 
-    def tick(self) -> None:
-        """Measure, decide each service's replica count, and add or cancel replica jobs to match."""
+    def tick(self) -> list[EventRecord]:
+        """Decide every service's replicas (``decide``) and hand the intents to the control plane's applier."""
+        return self.control.apply(self.decide())
+
+    def decide(self) -> list[ServiceIntent]:
+        """Measure, decide each service's replica count, and return the intents that add or cancel replica jobs
+        to match (and record the service's changes); nothing is written here."""
         now = self.control.clock()
         gpu_signals: dict[str, ServiceGauges] = {}
+        intents: list[ServiceIntent] = []
         for name, service in list(self.services.items()):
-            spec = self._specs[name]
             replicas = self.replicas(name)
-            urls = {}
-            for job in replicas:
-                if job.state is JobState.RUNNING:
-                    url = self.control.engine.replica_url(job.id)
-                    if url:
-                        urls[job.id] = url
-            self.gateway.urls[name] = urls
-            for job in replicas:
-                self.gateway.revision_of[job.id] = _revision(job)
-            ready = len(urls)
-            starting = sum(1 for j in replicas if j.state in (JobState.PENDING, JobState.ADMITTED)) + sum(
-                1 for j in replicas if j.state is JobState.RUNNING and j.id not in urls
-            )
-            for state in ("pending", "admitted", "running"):
-                self.metrics.inference_replicas.labels(name, state).set(
-                    sum(1 for j in replicas if j.state.value == state)
-                )
+            urls = self._route(name, replicas)
             if service.state is ServiceState.DELETING:
-                for job in replicas:
-                    self.control.cancel(job.id)
-                if not replicas:
-                    service.state = ServiceState.DELETED
-                    self.control.store.save_service(
-                        service, EventRecord(0, now, "service", name, service.team, "deleted", {})
-                    )
-                    del self.services[name]
+                intents += self._wind_down(service, replicas, now)
                 continue
-            rps, latency, in_flight = self.gateway.measure(name, spec.slo.quantile * 100)
-            gpus = self.telemetry.service(urls) if self.telemetry is not None else None
-            if gpus is not None:
-                gpu_signals[name] = gpus
-            signals = ServiceSignals(
-                now=now,
-                rps=rps,
-                ready=ready,
-                starting=starting,
-                latency_s=latency,
-                queue_depth=float(max(0, in_flight - ready)),
-                gpu_utilization=None if gpus is None else gpus.gpu_utilization,
-                gpu_memory_used=None if gpus is None else gpus.gpu_memory_used,
-            )
+            signals = self._signals(name, urls, replicas, now, gpu_signals)
             decision = self._scalers[name].decide(signals)
             desired = decision.desired if service.manual_replicas is None else service.manual_replicas
             self.metrics.inference_desired.labels(name).set(desired)
             live = [j for j in replicas if j.state is not JobState.CANCELLING]
             if desired != service.desired_replicas:
-                service.desired_replicas = desired
-                service.reason = {"reason": decision.code.value, "details": _plain(decision.details)}
-                self.control.store.save_service(
-                    service,
-                    EventRecord(
-                        0,
-                        now,
-                        "service",
-                        name,
-                        service.team,
-                        decision.code.value,
-                        {
-                            "from": len(live),
-                            "to": desired,
-                            "rps": round(rps, 3),
-                            "latency_s": latency,
-                            "gpu_memory_used": signals.gpu_memory_used,
-                        },
-                    ),
-                )
-            self._judge_canary(service, spec, now)
-            targets = {service.revision: desired}
-            if service.canary is not None:
-                stable, canary = split_replicas(desired, float(service.canary["weight"]))
-                targets = {service.revision: stable, int(service.canary["revision"]): canary}
-            for revision, target in targets.items():
-                mine = [j for j in live if _revision(j) == revision]
-                if target > len(mine):
-                    for _ in range(target - len(mine)):
-                        self._add_replica(service, spec, now, revision)
-                elif target < len(mine):
-                    order = sorted(mine, key=lambda j: (j.state is JobState.RUNNING, j.submit_time))
-                    for job in order[: len(mine) - target]:
-                        self.control.cancel(job.id)
-            for job in live:
-                if _revision(job) not in targets:
-                    self.control.cancel(job.id)
+                intents.append(self._rescale(service, decision, desired, len(live), signals))
+            intents += self._judge_canary(service, self._specs[name], now)
+            intents += self._match(service, live, desired, now)
         self.metrics.observe_service_gpus(gpu_signals)
+        return intents
+
+    def _route(self, name: str, replicas: list[JobRecord]) -> dict[str, str]:
+        """Give the gateway the running replicas' URLs and revisions; count replicas per state."""
+        urls = {}
+        for job in replicas:
+            if job.state is JobState.RUNNING:
+                url = self.control.engine.replica_url(job.id)
+                if url:
+                    urls[job.id] = url
+        self.gateway.urls[name] = urls
+        for job in replicas:
+            self.gateway.revision_of[job.id] = _revision(job)
+        for state in ("pending", "admitted", "running"):
+            self.metrics.inference_replicas.labels(name, state).set(sum(1 for j in replicas if j.state.value == state))
+        return urls
+
+    def _wind_down(self, service: ServiceRecord, replicas: list[JobRecord], now: float) -> list[ServiceIntent]:
+        """A service being deleted: cancel its replicas; once none is left, it is deleted."""
+        intents: list[ServiceIntent] = [Cancel(job.id) for job in replicas]
+        if not replicas:
+            service.state = ServiceState.DELETED
+            intents.append(
+                SaveService(service, EventRecord(0, now, "service", service.name, service.team, "deleted", {}))
+            )
+            del self.services[service.name]
+        return intents
+
+    def _signals(
+        self,
+        name: str,
+        urls: dict[str, str],
+        replicas: list[JobRecord],
+        now: float,
+        gpu_signals: dict[str, ServiceGauges],
+    ) -> ServiceSignals:
+        """What the replica autoscaler reads: the gateway's window, replicas ready and starting, GPU gauges."""
+        spec = self._specs[name]
+        ready = len(urls)
+        starting = sum(1 for j in replicas if j.state in (JobState.PENDING, JobState.ADMITTED)) + sum(
+            1 for j in replicas if j.state is JobState.RUNNING and j.id not in urls
+        )
+        rps, latency, in_flight = self.gateway.measure(name, spec.slo.quantile * 100)
+        gpus = self.telemetry.service(urls) if self.telemetry is not None else None
+        if gpus is not None:
+            gpu_signals[name] = gpus
+        return ServiceSignals(
+            now=now,
+            rps=rps,
+            ready=ready,
+            starting=starting,
+            latency_s=latency,
+            queue_depth=float(max(0, in_flight - ready)),
+            gpu_utilization=None if gpus is None else gpus.gpu_utilization,
+            gpu_memory_used=None if gpus is None else gpus.gpu_memory_used,
+        )
+
+    def _rescale(
+        self, service: ServiceRecord, decision: ReplicaDecision, desired: int, current: int, signals: ServiceSignals
+    ) -> SaveService:
+        """The service's new desired replica count, with the autoscaler's reason and figures."""
+        service.desired_replicas = desired
+        service.reason = {"reason": decision.code.value, "details": _plain(decision.details)}
+        details = {
+            "from": current,
+            "to": desired,
+            "rps": round(signals.rps, 3),
+            "latency_s": signals.latency_s,
+            "gpu_memory_used": signals.gpu_memory_used,
+        }
+        code = decision.code.value
+        return SaveService(service, EventRecord(0, signals.now, "service", service.name, service.team, code, details))
+
+    def _match(self, service: ServiceRecord, live: list[JobRecord], desired: int, now: float) -> list[ServiceIntent]:
+        """Replica jobs added or cancelled so each revision runs its share of ``desired`` (stable and canary)."""
+        spec = self._specs[service.name]
+        intents: list[ServiceIntent] = []
+        targets = {service.revision: desired}
+        if service.canary is not None:
+            stable, canary = split_replicas(desired, float(service.canary["weight"]))
+            targets = {service.revision: stable, int(service.canary["revision"]): canary}
+        for revision, target in targets.items():
+            mine = [j for j in live if _revision(j) == revision]
+            if target > len(mine):
+                for _ in range(target - len(mine)):
+                    intents += self._add_replica(service, spec, now, revision)
+            elif target < len(mine):
+                order = sorted(mine, key=lambda j: (j.state is JobState.RUNNING, j.submit_time))
+                intents += [Cancel(job.id) for job in order[: len(mine) - target]]
+        intents += [Cancel(job.id) for job in live if _revision(job) not in targets]
+        return intents
 
     def start_canary(self, name: str, handler: str, options: dict[str, Any]) -> dict[str, Any]:
         """Start a canary revision of ``name`` running ``handler`` (409 while another canary runs)."""
@@ -368,11 +392,9 @@ class ServiceManager:
             }
             self._judges[name] = CanaryJudge(spec, now)
             self.gateway.reset_revisions(name)
-            self.control.store.save_service(
-                service,
-                EventRecord(
-                    0, now, "service", name, service.team, "canary_started", {"revision": revision, "handler": handler}
-                ),
+            details = {"revision": revision, "handler": handler}
+            self.control.apply(
+                [SaveService(service, EventRecord(0, now, "service", name, service.team, "canary_started", details))]
             )
         self.control.wake.set()
         return self.view(name)
@@ -383,15 +405,17 @@ class ServiceManager:
             service = self.services[name]
             if service.canary is None:
                 raise ServiceError("canary", "no canary is running", 404)
-            self._finish_canary(service, CanaryPhase.ROLLED_BACK, "canary_aborted", {}, self.control.clock())
+            self.control.apply(
+                [self._finish_canary(service, CanaryPhase.ROLLED_BACK, "canary_aborted", {}, self.control.clock())]
+            )
         return self.view(name)
 
-    def _judge_canary(self, service: ServiceRecord, spec: ServiceSpec, now: float) -> None:
+    def _judge_canary(self, service: ServiceRecord, spec: ServiceSpec, now: float) -> list[ServiceIntent]:
         canary = service.canary
         self.gateway.slo_s[service.name] = spec.slo.latency_ms / 1000.0
         if canary is None:
             self.gateway.canary.pop(service.name, None)
-            return
+            return []
         revision = int(canary["revision"])
         judge = self._judges.get(service.name)
         if judge is None:
@@ -403,24 +427,23 @@ class ServiceManager:
             self.gateway.revision_window(service.name, revision),
         )
         if decision.phase is not CanaryPhase.PROGRESSING:
-            self._finish_canary(service, decision.phase, decision.code.value, decision.details, now)
-            return
+            return [self._finish_canary(service, decision.phase, decision.code.value, decision.details, now)]
+        intents: list[ServiceIntent] = []
         if decision.new_step:
             self.gateway.reset_revisions(service.name)
             canary.update(step=judge.step + 1, weight=decision.weight, reason=decision.code.value)
-            self.control.store.save_service(
-                service,
-                EventRecord(
-                    0, now, "service", service.name, service.team, decision.code.value, _plain(decision.details)
-                ),
+            code, details = decision.code.value, _plain(decision.details)
+            intents.append(
+                SaveService(service, EventRecord(0, now, "service", service.name, service.team, code, details))
             )
         canary["reason"] = decision.code.value
         canary["last"] = _plain(decision.details)
         self.gateway.canary[service.name] = (revision, float(canary["weight"]), spec.slo.latency_ms / 1000.0)
+        return intents
 
     def _finish_canary(
         self, service: ServiceRecord, phase: CanaryPhase, code: str, details: dict[str, Any], now: float
-    ) -> None:
+    ) -> SaveService:
         canary = service.canary
         assert canary is not None
         if phase is CanaryPhase.PROMOTED:
@@ -431,20 +454,10 @@ class ServiceManager:
         self._judges.pop(service.name, None)
         self.gateway.canary.pop(service.name, None)
         self.gateway.reset_revisions(service.name)
-        self.control.store.save_service(
-            service,
-            EventRecord(
-                0,
-                now,
-                "service",
-                service.name,
-                service.team,
-                code,
-                {**_plain(details), "revision": canary["revision"], "stable_revision": service.revision},
-            ),
-        )
+        figures = {**_plain(details), "revision": canary["revision"], "stable_revision": service.revision}
+        return SaveService(service, EventRecord(0, now, "service", service.name, service.team, code, figures))
 
-    def _add_replica(self, service: ServiceRecord, spec: ServiceSpec, now: float, revision: int) -> None:
+    def _add_replica(self, service: ServiceRecord, spec: ServiceSpec, now: float, revision: int) -> list[ServiceIntent]:
         canary = service.canary if service.canary is not None and int(service.canary["revision"]) == revision else None
         handler = str(canary["handler"]) if canary is not None else service.handler
         options = dict(canary["options"]) if canary is not None else service.options
@@ -462,10 +475,11 @@ class ServiceManager:
             env={OPTIONS_ENV: json.dumps(options), REVISION_ENV: str(revision)},
             service=service.name,
         )
-        try:
-            self.control.submit(job)
-        except SubmitError as exc:
-            service.reason = {"reason": "replica_rejected", "details": {"problem": str(exc)}}
+        refused = self.control.refusal(job)
+        if refused is not None:
+            service.reason = {"reason": "replica_rejected", "details": {"problem": str(refused)}}
+            return []
+        return [Submit(job)]
 
     def view(self, name: str) -> dict[str, Any]:
         """The JSON a client sees for a service."""
@@ -491,6 +505,10 @@ class ServiceManager:
     def views(self) -> list[dict[str, Any]]:
         """Every service's view."""
         return [self.view(name) for name in list(self.services)]
+
+
+def _event(service: ServiceRecord, now: float, reason: str, details: dict[str, Any]) -> EventRecord:
+    return EventRecord(0, now, "service", service.name, service.team, reason, details)
 
 
 def _revision(job: JobRecord) -> int:

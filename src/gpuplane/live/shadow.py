@@ -26,13 +26,14 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Histogram
 
 from gpuplane.live.control import ControlPlane, SubmitError, TickReport
+from gpuplane.live.intents import Admit, AssumeStarted, EndRun, JobIntent, Preempt, RecordObserved, Requeue
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import check_mode
 from gpuplane.live.ports import Clock, Engine, NodeProvider
-from gpuplane.live.records import EventRecord, JobRecord, JobState
+from gpuplane.live.reconcile import decision_intents, lost_node_intents, wait_intents
+from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.store import Store
 from gpuplane.policy import PolicySpec
-from gpuplane.scheduler.cycle import schedule
 
 log = logging.getLogger("gpuplane.live")
 
@@ -193,8 +194,8 @@ class ShadowPlane(ControlPlane):
         with self.lock:
             jobs = self.store.load_jobs()
             check_mode(jobs, shadow=True)
+            self.applier.load(jobs)
             for job in jobs:
-                self.jobs[job.id] = job
                 key = "finished" if job.state.finished else "holding_gpus" if job.state.holds_gpus else "pending"
                 counts[key] += 1
         return counts
@@ -206,12 +207,10 @@ class ShadowPlane(ControlPlane):
 
     def cancel(self, job_id: str) -> JobRecord:
         """End a mirrored job at once (its real counterpart ended or was withdrawn): nothing runs to wait for."""
-        events: list[EventRecord] = []
         with self.lock:
             job = self.jobs[job_id]
             if not job.state.finished:
-                self._finish(job, JobState.CANCELLED, self.clock(), None, events, "cancelled", {})
-                self.store.save_jobs([job], events)
+                self.applier.batch().apply([EndRun(job_id, JobState.CANCELLED, "cancelled")]).commit()
         self.wake.set()
         return job
 
@@ -225,35 +224,31 @@ class ShadowPlane(ControlPlane):
     def tick(self) -> TickReport:
         """Observe, decide with the core, apply to the shadow's records only, persist the events."""
         runs = self.observer.runs() if self.observer is not None else []
-        nodes = self.node_provider.nodes()
+        nodes = self._nodes()
         now = self.clock()
         self._mirror(runs, now)
         report = TickReport(now)
-        events = report.events
-        changed: dict[str, JobRecord] = {}
         with self.lock:
-            self._follow(runs, now, events, changed)
+            batch = self.applier.batch()
+            batch.apply(self._follow(runs, now))
             alive = {n.name: n for n in nodes if n.alive and n.pool in self.index.pools}
-            self._drop_lost_nodes(alive, now, events, changed, [])
+            batch.apply(lost_node_intents(self.jobs.values(), alive))
             snapshot = self._snapshot(alive, now)
-            started = self.timer()
-            result = schedule(self.index, snapshot)
-            report.decide_s = self.timer() - started
-            self.last_result = result
+            result = self._decide(snapshot, report)
             self.last_nodes = nodes
-            admitted, _signals = self._apply(result, now, events, changed, report)
-            for job in admitted:
-                job.state = JobState.RUNNING
-                job.start_time = now
-                job.observed.setdefault("shadow_first_admitted_time", now)
-            for job in list(changed.values()):
-                if job.state is JobState.PREEMPTING:
-                    self._requeue(job, now, events, "requeued_after_preemption", {"grace_period_s": self.grace_s})
-            self._record_waits(result, events, changed)
-            self._mark_reserved(result, changed)
+            decided = decision_intents(result, self.jobs)
+            report.admitted = sum(1 for i in decided if isinstance(i, Admit))
+            report.preempted = len(decided) - report.admitted
+            batch.apply(decided)
+            batch.apply(AssumeStarted(i.job_id) for i in decided if isinstance(i, Admit))
+            requeue = {"grace_period_s": self.grace_s}
+            batch.apply(
+                Requeue(i.job_id, "requeued_after_preemption", requeue) for i in decided if isinstance(i, Preempt)
+            )
+            batch.apply(wait_intents(result, self.jobs))
             report.pending = len(snapshot.pending)
             report.running = sum(1 for j in self.jobs.values() if j.state.holds_gpus)
-            self.store.save_jobs(list(changed.values()), events)
+            report.events = batch.commit().events
         self.last_tick = report
         if self.metrics is not None:
             self._observe_metrics(report, nodes)
@@ -291,29 +286,31 @@ class ShadowPlane(ControlPlane):
                 self.unmirrored[run.key] = str(exc)
                 log.warning("shadow: cannot mirror %s (%s): %s", run.key, run.source, exc)
 
-    def _follow(
-        self, runs: list[ObservedRun], now: float, events: list[EventRecord], changed: dict[str, JobRecord]
-    ) -> None:
-        """Record the real runs' progress on their shadow jobs: a real start is compared with the shadow's
-        admission; a real end ends the shadow job with the real outcome."""
+    def _follow(self, runs: list[ObservedRun], now: float) -> list[JobIntent]:
+        """The real runs' progress on their shadow jobs: a real start is compared with the shadow's admission;
+        a real end ends the shadow job with the real outcome."""
         known = self._by_key()
+        out: list[JobIntent] = []
         for run in runs:
             job = known.get((run.team, run.key))
             if job is None:
                 continue
             first_start = run.start_time is not None and job.observed.get("start_time") is None
-            job.observed.update(
-                state=run.state, start_time=run.start_time, end_time=run.end_time, source=run.source, key=run.key
-            )
-            changed[job.id] = job
-            if first_start:
-                events.append(self._observed_start(job, run))
+            observed = {
+                "state": run.state,
+                "start_time": run.start_time,
+                "end_time": run.end_time,
+                "source": run.source,
+                "key": run.key,
+            }
+            out.append(RecordObserved(job.id, observed, self._observed_start(job, run) if first_start else None))
             end = _REAL_ENDS.get(run.state)
             if end is not None and not job.state.finished:
                 details = {"observed": True, "real_end_time": run.end_time, "shadow_admitted": job.attempts > 0}
-                self._finish(job, end, now, None, events, end.value, details)
+                out.append(EndRun(job.id, end, end.value, None, details, at=now))
+        return out
 
-    def _observed_start(self, job: JobRecord, run: ObservedRun) -> EventRecord:
+    def _observed_start(self, job: JobRecord, run: ObservedRun) -> dict[str, Any]:
         assert run.start_time is not None
         admitted_at = job.observed.get("shadow_first_admitted_time")
         details: dict[str, Any] = {"real_start_time": run.start_time, "shadow_admitted": admitted_at is not None}
@@ -326,7 +323,7 @@ class ShadowPlane(ControlPlane):
             self.shadow_metrics.real_starts.labels(job.team, "admitted" if admitted_at is not None else "waiting").inc()
             if admitted_at is not None:
                 self.shadow_metrics.lead.labels(job.team).observe(run.start_time - float(admitted_at))
-        return self._event("job", job, "observed_started", details)
+        return details
 
     def comparison(self) -> dict[str, Any]:
         """Per team: mirrored jobs, would-be admissions and preemptions, real starts, and how the shadow's first

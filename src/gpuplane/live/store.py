@@ -21,8 +21,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError
 
 from gpuplane.live import tables
+from gpuplane.live.convert import placement_from_dict, placement_to_dict
 from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord, ServiceState
 from gpuplane.live.sandbox import PRIVATE_FILE, private_file
+from gpuplane.model.placement import Placement
 
 _SPEC_FIELDS = (
     "name",
@@ -318,6 +320,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, JobState | ServiceState):
         return value.value
+    if isinstance(value, Placement):
+        return placement_to_dict(value)
     return value
 
 
@@ -337,6 +341,8 @@ def _job_row(job: JobRecord) -> dict[str, Any]:
 def _job_from_row(row: Any) -> JobRecord:
     spec = dict(row["spec"])
     status = dict(row["status"])
+    if status.get("placement") is not None:
+        status["placement"] = placement_from_dict(status["placement"])
     return JobRecord(
         id=row["id"],
         team=row["team"],

@@ -63,6 +63,8 @@ SPOT_INTERRUPTION = "spot_interruption"
 """Stop label of runs on a spot node that was reclaimed (not a scheduler decision)."""
 CONSOLIDATION = "consolidation"
 """Stop label of runs the node autoscaler moved off an under-used node."""
+NODE_LOST = "node_lost"
+"""Stop label of runs on a node a replay script takes away (``NodeDown(lost=True)``)."""
 
 
 class SimulationStuck(RuntimeError):
@@ -178,11 +180,13 @@ class Simulation:
         node_autoscaling: bool = False,
         quotas_of: PolicySpec | None = None,
         on_event: EventSink | None = None,
+        on_cycle: Callable[[float, CycleResult], None] | None = None,
     ) -> None:
         """``quotas_of``: the policy whose nominal quotas are the guarantees measured (``quota_owed``); a
         comparison passes the user's policy so that policies without quotas are held to the same ones.
         ``on_event``: receives every scheduling event (admit, preempt, wait reason changed, finish, scale up
-        and down) as it happens."""
+        and down) as it happens. ``on_cycle``: receives every cycle's result before it is applied (the replay
+        compares its decisions with the live plane's)."""
         self.variant = variant
         self.policy: PolicySpec = variant.policy
         self.index = PolicyIndex(self.policy)
@@ -203,6 +207,7 @@ class Simulation:
         self.meters = Meters(self._provisioned_source(), self._census, sample_every_s)
         self.guarantees = GuaranteeLedger.of(quotas_of or variant.policy)
         self.accounts = SimAccounts(self.policy, on_event)
+        self.on_cycle = on_cycle
         self._trace_jobs = len({job.id for job in trace.jobs})
         """Jobs to finish (the trace's jobs are keyed by id)."""
         self._cycle_queued = False
@@ -445,6 +450,9 @@ class Simulation:
     def _on_node_down(self, event: NodeDown, now: float) -> None:
         """A spot node is reclaimed: its jobs stop (losing work since their checkpoint) and a replacement boots."""
         node = event.node
+        if event.lost:
+            self._lose_node(node, now)
+            return
         if self.scaler is not None and node not in self.scaler.ready:
             self._queue_interruption(node, now)  # not provisioned (or booting): nothing to interrupt
             return
@@ -454,6 +462,12 @@ class Simulation:
             self.outages.lost_gpu_s += self._preempt(record, now, SPOT_INTERRUPTION)
             record.interruptions += 1
         self.queue.push(back_at, NodeUp(node))
+        self._queue_cycle(now)
+
+    def _lose_node(self, node: str, now: float) -> None:
+        """A replay script takes ``node`` away for good: its jobs stop (``node_lost``) and wait again."""
+        for wid in self.state.node_down(node):
+            self._preempt(self.jobs.records[wid], now, NODE_LOST)
         self._queue_cycle(now)
 
     def _on_node_up(self, event: NodeUp, now: float) -> None:
@@ -494,6 +508,8 @@ class Simulation:
         waits = self.pending_waits
         load = None if waits is None else waits.signals
         result = run_cycle(self.state, now, [r.workload for r in self.jobs.pending.values()], load)
+        if self.on_cycle is not None:
+            self.on_cycle(now, result)
         self._apply(result, now)
         if waits is not None:  # what stays pending waits until the next cycle
             waits.observe(now, (now - r.job.submit_s - r.run_s for r in self.jobs.pending.values()))

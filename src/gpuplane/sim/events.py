@@ -38,11 +38,13 @@ class JobFinished(_Kind):
 
 @dataclass(frozen=True, slots=True)
 class NodeDown(_Kind):
-    """A spot node is reclaimed: its runs stop and a replacement starts booting."""
+    """A spot node is reclaimed: its runs stop and a replacement starts booting; or, ``lost`` (a replay
+    script's node loss), the node is gone for good."""
 
     rank: ClassVar[int] = 1
     about_jobs: ClassVar[bool] = False
     node: str
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
