@@ -112,7 +112,7 @@ def test_a_trend_is_extended_only_when_it_clears_the_rates_own_jitter():
     assert "rps_trend" in decisions[-1].details["signals"], "a steady ramp is"
 
 
-def _actions(swing_quantile: float | None, rate, ticks: int = 2400, replicas: int = 150) -> tuple[int, float]:
+def _actions(swing_quantile: float | None, rate, ticks: int = 1200, replicas: int = 150) -> tuple[int, float]:
     scaler = ReplicaAutoscaler(slo_service(swing_quantile=swing_quantile, trend_lookahead=False))
     changes = 0
     held = 0.0
@@ -139,7 +139,7 @@ def test_a_load_that_swings_back_learns_a_wider_scale_down_band():
     assert learned_held < fixed_held * 1.05, "the band is bounded: at most twice the tolerance"
 
     def falling(t: float) -> float:
-        return 1000.0 if t < 6 * 3600 else 600.0
+        return 1000.0 if t < 2.5 * 3600 else 600.0
 
     scaler_changes, mean_held = _actions(0.9, falling)
     assert scaler_changes >= 1

@@ -71,7 +71,7 @@ def test_thinning_keeps_the_peak_of_each_stretch():
 
 
 def test_the_serving_report_draws_no_floor_and_keeps_legend_and_label_clear(tmp_path):
-    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [5, 5, 200, 400, 50, 600, 20])}")
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [2, 2, 50, 100, 12, 150, 5])}")
     comparison = compare_serving(_policy(), None, trace, ("gpuplane", "hpa@300%", "oracle"))
     _offline(render_serving_html(comparison), 3)
     missed = missed_per_minute(comparison)

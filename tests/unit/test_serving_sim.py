@@ -111,7 +111,7 @@ def test_comparison_on_a_ramp_orders_the_policies_as_expected(tmp_path):
 
 
 def test_replicas_start_after_the_startup_time_and_hold_gpus_meanwhile(tmp_path):
-    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [50, 50, 800, 800, 800])}")
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, [5, 5, 80, 80, 80])}")
     slow = compare_serving(_policy(), None, trace, ("gpuplane",), replica_startup_s=600).runs["gpuplane"]
     fast = compare_serving(_policy(), None, trace, ("gpuplane",), replica_startup_s=0).runs["gpuplane"]
     assert (slow.held >= slow.ready).all()
