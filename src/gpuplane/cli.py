@@ -487,12 +487,20 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_report_costs(args: argparse.Namespace, console: Console) -> int:
-    """Chargeback per team and period from a simulator output: a table, and CSV and HTML when asked."""
+    """Chargeback per team and period from a simulator output or the live plane's event log: a table, and
+    CSV and HTML when asked."""
     from gpuplane.accounting import Usage
     from gpuplane.report.costs import read_simulation, render_csv, render_html, rows_of, unallocated_cost
+    from gpuplane.report.live_costs import read_live_events
 
     names = [n.strip() for n in args.policy.split(",") if n.strip()] if args.policy else None
-    sources = read_simulation(Path(args.source), names)
+    source_path = Path(args.source)
+    if source_path.suffix == ".jsonl":
+        if names:
+            raise ReportError(f"--policy {args.policy}: the live plane's event log has no simulated policies")
+        sources = [read_live_events(source_path)]
+    else:
+        sources = read_simulation(source_path, names)
     rows = rows_of(sources, args.period)
     wide = Console(width=max(console.width, 120))
     for source in sources:
@@ -774,7 +782,12 @@ def _add_report(sub: argparse._SubParsersAction[Parser]) -> None:
     report = sub.add_parser("report", help="reports from recorded runs")
     reports = report.add_subparsers(dest="report", required=True)
     costs = reports.add_parser("costs", help="chargeback: cost per team and period (CSV, HTML)")
-    costs.add_argument("--from", dest="source", required=True, help="a gpuplane simulate --json file")
+    costs.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="a gpuplane simulate --json file, or the live plane's DATA_DIR/events.jsonl (periods by UTC date)",
+    )
     costs.add_argument("--policy", help="comma-separated simulated policies to report (default: all in the file)")
     costs.add_argument("--period", choices=("day", "week", "month", "all"), default="week", help="default: week")
     costs.add_argument("--csv", help="write the chargeback to this CSV file")

@@ -101,3 +101,51 @@ def test_a_job_that_never_ran_costs_nothing_and_shows_no_cost(tmp_path: Path) ->
     console = Console(width=200, record=True)
     console.print(jobs_table([job_view(cp.jobs["waiting"])], now=0.0, wide=True))
     assert " - " in console.export_text()
+
+
+def test_the_event_log_gives_the_chargeback_of_every_run_split_over_the_days_it_overlapped(tmp_path: Path) -> None:
+    """The same preempted-then-finished gang as above, its first run starting 100 s before a UTC midnight on
+    the plane's clock: the event log alone (no policy file) gives each team's cost per day, equal to what
+    the jobs carry, with the lost work in the day the preemption happened."""
+    from gpuplane.live.event_log import EventLog
+    from gpuplane.report.costs import render_csv, rows_of
+    from gpuplane.report.live_costs import read_live_events
+
+    engine, clock = FakeEngine(), Clock()
+    clock.now = 20_000 * 86_400.0 - 100.0
+    cp = plane(tmp_path, engine, clock)
+    urgent_preempts_gang(cp, engine, clock)
+    clock.now += 6
+    cp.tick()
+    _run(cp, engine, clock, "urgent", 30, exit_code=0)
+    cp.tick()
+    _run(cp, engine, clock, "gang", 100, exit_code=0)
+    log = tmp_path / "events.jsonl"
+    EventLog(cp.store, log, retention_s=86_400.0, clock=clock).tick()
+
+    source = read_live_events(log)
+    total = sum(e.usage.cost for e in source.entries)
+    assert total == pytest.approx(cp.jobs["gang"].usage["cost"] + cp.jobs["urgent"].usage["cost"])
+    lost = sum(e.usage.lost_gpu_s for e in source.entries) / 3600
+    assert lost == pytest.approx(cp.jobs["gang"].usage["lost_gpu_hours"])
+    days = rows_of([source], "day")
+    assert {row.label for row in days} == {"day 2024-10-03", "day 2024-10-04"}
+    first_day = sum(r.usage.gpu_s for r in days if r.label == "day 2024-10-03")
+    assert first_day > 0 and first_day < sum(r.usage.gpu_s for r in days), "a run across midnight is split"
+    assert "day 2024-10-04" in render_csv(days)
+    from gpuplane.cli import main
+
+    out_csv = tmp_path / "chargeback.csv"
+    assert main(["report", "costs", "--from", str(log), "--period", "day", "--csv", str(out_csv)]) == 0
+    assert out_csv.read_text().count("live,research,day 2024-10-0") == 2
+    assert main(["report", "costs", "--from", str(log), "--policy", "gpuplane"]) == 2
+
+
+def test_a_stream_without_run_costs_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from gpuplane.report.costs import ReportError
+    from gpuplane.report.live_costs import read_live_events
+
+    stream = tmp_path / "sim.jsonl"
+    stream.write_text('{"time": 5, "kind": "admit", "reason": "admitted", "team": "a", "job": "j", "figures": {}}\n')
+    with pytest.raises(ReportError, match=r"no run with its cost.*events\.jsonl"):
+        read_live_events(stream)

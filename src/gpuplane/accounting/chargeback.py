@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from gpuplane.accounting.ledger import DAY_S, PeriodUsage
 from gpuplane.accounting.usage import Usage
@@ -24,14 +25,24 @@ class ChargebackRow:
     index: int
     start: float
     usage: Usage
+    dated: bool = False
+    """The clock is the epoch (the live plane): periods are named by the UTC date they start on."""
 
     @property
     def label(self) -> str:
-        """The period as people read it: ``day 1``, ``week 3``, ``month 2``, or ``all``."""
-        return "all" if self.period == "all" else f"{self.period} {self.index + 1}"
+        """The period as people read it: ``day 1``, ``week 3``, ``month 2`` (``day 2026-12-05``, ``week of
+        2026-11-30`` on the live plane's clock), or ``all``."""
+        if self.period == "all":
+            return "all"
+        if self.dated:
+            date = datetime.fromtimestamp(self.start, tz=UTC).date().isoformat()
+            return f"day {date}" if self.period == "day" else f"{self.period} of {date}"
+        return f"{self.period} {self.index + 1}"
 
 
-def chargeback(entries: Iterable[tuple[str, PeriodUsage]], period: str, entry_period_s: float) -> list[ChargebackRow]:
+def chargeback(
+    entries: Iterable[tuple[str, PeriodUsage]], period: str, entry_period_s: float, dated: bool = False
+) -> list[ChargebackRow]:
     """Sum ``entries`` (per source, a team's usage in one ledger period of ``entry_period_s``) into ``period``s.
 
     ValueError when ``period`` is unknown or shorter than the ledger's periods, or not a whole number of
@@ -51,6 +62,6 @@ def chargeback(entries: Iterable[tuple[str, PeriodUsage]], period: str, entry_pe
         index = 0 if math.isinf(length) else math.floor(entry.start / length + 1e-9)
         sums.setdefault((source, entry.team, index), Usage()).add(entry.usage)
     return [
-        ChargebackRow(source, team, period, index, 0.0 if math.isinf(length) else index * length, usage)
+        ChargebackRow(source, team, period, index, 0.0 if math.isinf(length) else index * length, usage, dated)
         for (source, team, index), usage in sorted(sums.items())
     ]

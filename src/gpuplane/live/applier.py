@@ -43,7 +43,7 @@ from gpuplane.live.intents import (
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock
 from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord
-from gpuplane.live.run_costs import charge_run
+from gpuplane.live.run_costs import charge_run, run_figures
 from gpuplane.live.store import Store
 from gpuplane.model.workload import Workload
 
@@ -368,7 +368,7 @@ class Batch:
         self, job: JobRecord, state: JobState, now: float, exit_code: int | None, reason: str, details: dict[str, Any]
     ) -> None:
         """End ``job`` for good: its last run charged, its reason recorded."""
-        self._account(job, now, lost=False)
+        run = self._account(job, now, lost=False)
         if reason == "cancelled":
             details = {"message": "cancelled on request", **details}
         job.move_to(state)
@@ -379,12 +379,12 @@ class Batch:
         self._s.workloads.pop(job.id, None)
         self._s.checkpoint_checked.pop(job.id, None)
         self._s.scale_ups.pop(job.id, None)
-        self._event(job, reason, {**details, "usage": dict(job.usage)})
+        self._event(job, reason, {**details, **run, "usage": dict(job.usage)})
 
     def requeue(self, job: JobRecord, now: float, reason: str, details: dict[str, Any]) -> None:
         """Put work that held GPUs back in the queue (its run charged as lost past its last checkpoint)."""
         job.last_checkpoint_time = self._a._checkpoint_time(job.id)
-        self._account(job, now, lost=True)
+        run = self._account(job, now, lost=True)
         if job.state is JobState.PREEMPTING:
             job.preemptions += 1
         job.queued_time = now
@@ -396,13 +396,16 @@ class Batch:
         job.not_before = None
         job.wait_reason = None
         job.reason = {"reason": reason, **details}
-        self._event(job, reason, details)
+        self._event(job, reason, {**details, **run})
 
-    def _account(self, job: JobRecord, now: float, lost: bool) -> None:
+    def _account(self, job: JobRecord, now: float, lost: bool) -> dict[str, float | str]:
+        """Charge the run ending at ``now`` to the job; returns the run as event figures (empty if none)."""
+        run = run_figures(job, now, self._a._prices, lost)
         charge_run(job, now, self._a._prices, lost)
         if job.start_time is not None and job.placement is not None:
             job.attained_gpu_s += gpus_held(job) * max(0.0, now - job.start_time)
             job.start_time = None
+        return run
 
 
 _HANDLERS: Mapping[type, Callable[[Batch, Any], None]] = {

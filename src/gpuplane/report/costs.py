@@ -31,6 +31,8 @@ class CostSource:
     entries: list[PeriodUsage]
     period_s: float
     provisioned_cost: float | None
+    dated: bool = False
+    """Times are epoch seconds (the live plane), so periods are named by date."""
 
 
 def read_simulation(path: Path, policies: list[str] | None = None) -> list[CostSource]:
@@ -79,7 +81,7 @@ def rows_of(sources: list[CostSource], period: str) -> list[ChargebackRow]:
     rows: list[ChargebackRow] = []
     for source in sources:
         try:
-            rows += chargeback(((source.name, e) for e in source.entries), period, source.period_s)
+            rows += chargeback(((source.name, e) for e in source.entries), period, source.period_s, source.dated)
         except ValueError as exc:
             raise ReportError(f"--period {period}: {exc}. Fix: use one of {', '.join(PERIODS)}") from None
     return rows
