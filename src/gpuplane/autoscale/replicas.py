@@ -110,7 +110,12 @@ class ServiceSignals:
     gpu_memory_used: float | None = None
     """Mean fraction of GPU memory in use on the ready replicas, 0-1."""
     gpus_free: int | None = None
-    """GPUs the service could still be given now (free in its pools, within its quota); None: not short."""
+    """GPUs the service could still be given now (free in its pools, within its quota); None: not short.
+    Negative when replicas already ordered (counted in ``starting``) ask for more than is free
+    (``autoscale.fallback``)."""
+    primary_room: int | None = None
+    """How many more of the service's own replicas the free GPUs hold node by node (None: ``gpus_free``
+    divided by the GPUs per replica)."""
     fallback_ready: int = 0
     """Replicas of the service's fallback variant serving."""
     fallback_starting: int = 0
@@ -299,6 +304,7 @@ class ReplicaAutoscaler:
             fallback.gpus_per_replica if fallback is not None else None,
             signals.fallback_ready + signals.fallback_starting,
             signals.fallback_share or 0.0,
+            signals.primary_room,
         )
 
     def _remember(self, signals: ServiceSignals) -> None:
