@@ -628,7 +628,11 @@ class ServiceManager:
             "handler": service.handler,
             "desired_replicas": service.desired_replicas,
             "manual_replicas": service.manual_replicas,
-            "replicas": {s.value: sum(1 for j in replicas if j.state is s) for s in JobState if not s.finished},
+            "replicas": {
+                s.value: sum(1 for j in replicas if j.state is s and not _is_fallback(j))
+                for s in JobState
+                if not s.finished
+            },
             "ready_urls": len(self.gateway.urls.get(name, {})),
             "fallback": self._fallback_view(name, replicas),
             "reason": service.reason,
