@@ -128,14 +128,16 @@ def _actions(swing_quantile: float | None, rate, ticks: int = 1200, replicas: in
 def test_a_load_that_swings_back_learns_a_wider_scale_down_band():
     """m-small's rate moves by about 10 % from one 10-minute ServeGen window to the next: a fixed 10 % band
     scaled down into every dip and back up after it. The learned band holds through dips the load climbs
-    out of within half an hour; a load that falls for good is still followed down."""
+    out of within half an hour; a load that falls for good is still followed down. (78 of the fixed band's
+    120 actions before the noise band of ``_hysteresis``, 92 since: its dips now go down in one step and
+    come back in two, where they went down in two and back in one.)"""
 
     def swinging(t: float) -> float:
         return 1000.0 * (1.08 if int(t // 600) % 2 else 0.93)
 
     fixed, fixed_held = _actions(None, swinging)
     learned, learned_held = _actions(0.9, swinging)
-    assert learned <= 0.7 * fixed, (learned, fixed)
+    assert learned <= 0.8 * fixed, (learned, fixed)
     assert learned_held < fixed_held * 1.05, "the band is bounded: at most twice the tolerance"
 
     def falling(t: float) -> float:
@@ -144,3 +146,27 @@ def test_a_load_that_swings_back_learns_a_wider_scale_down_band():
     scaler_changes, mean_held = _actions(0.9, falling)
     assert scaler_changes >= 1
     assert mean_held < _actions(0.9, lambda t: 1000.0)[1], "a lasting fall is followed down"
+
+
+def _first_change(rate_before: float, rate_after: float, replicas: int) -> tuple[int, int] | None:
+    """(tick, new count) of the first change after the rate steps from ``rate_before`` to ``rate_after`` at
+    tick 40 (15 s ticks, the slot time 5 s with as much spread)."""
+    scaler = ReplicaAutoscaler(slo_service(trend_lookahead=False, min_replicas=2))
+    for i in range(80):
+        rate = rate_before if i < 40 else rate_after
+        d = scaler.decide(ServiceSignals(now=15.0 * i, rps=rate, ready=replicas, mean_service_s=5.0, service_s_std=5.0))
+        if d.desired != replicas:
+            return i, d.desired
+    return None
+
+
+def test_a_rise_within_a_small_services_own_noise_waits_a_stable_window_and_a_big_ones_does_not():
+    """mm-image (about 10 requests/s on 3 replicas) scaled up on its measured load's few-per-cent jitter and
+    back down when the scale-down window ended. At 15 requests/s a 3 % rise is within the load estimate's
+    standard error (the Poisson count of a minute's requests, the mean slot time's error: about 4 %): the
+    replica it asks for is added one stable window (60 s) later than it used to be, and is added. A fleet of
+    hundreds, whose estimate is within half a per cent, adds at once."""
+    assert _first_change(15.0, 15.45, 3) == (49, 4), "was (45, 4): at once"
+    big = replicas_for_slo(1500.0 * 1.1, 5.0, 32, 1.0, 0.001, 1000)
+    change = _first_change(1500.0, 1500.0 * 1.15, big)
+    assert change is not None and change[0] <= 45 and change[1] > big

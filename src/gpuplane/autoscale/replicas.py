@@ -56,6 +56,14 @@ TREND_Z = 3.0
 """Standard errors a rising trend's slope must clear before it is extended a startup ahead."""
 SWING_CEILING = 2.0
 """The learned scale-down band (``autoscale.load_swing``) is at most this many times the tolerance."""
+SCALE_UP_Z = 1.0
+"""Standard errors of the offered load's estimate by which it must be over what the current count serves
+before a replica is added at once (``_hysteresis``)."""
+UNSURE_WAIT = 1.0
+"""Stable windows an addition asked for by less than ``SCALE_UP_Z`` standard errors waits before it is
+made anyway: a load that really sits above the count's capacity gets its replica a minute later."""
+SCALE_DOWN_Z = 2.0
+"""Standard errors by which it must be under the scale-down band before a replica is removed."""
 
 
 class ReplicaReasonCode(StrEnum):
@@ -110,7 +118,12 @@ class ServiceSignals:
     gpu_memory_used: float | None = None
     """Mean fraction of GPU memory in use on the ready replicas, 0-1."""
     gpus_free: int | None = None
-    """GPUs the service could still be given now (free in its pools, within its quota); None: not short."""
+    """GPUs the service could still be given now (free in its pools, within its quota); None: not short.
+    Negative when replicas already ordered (counted in ``starting``) ask for more than is free
+    (``autoscale.fallback``)."""
+    primary_room: int | None = None
+    """How many more of the service's own replicas the free GPUs hold node by node (None: ``gpus_free``
+    divided by the GPUs per replica)."""
     fallback_ready: int = 0
     """Replicas of the service's fallback variant serving."""
     fallback_starting: int = 0
@@ -215,6 +228,8 @@ class ReplicaAutoscaler:
         self._service: ServiceEstimate | None = None
         """This tick's mean slot time (read once per tick in ``_remember``)."""
         self._last_request: float | None = None
+        self._unsure_since: float | None = None
+        """Since when the SLO count has asked for more replicas by less than the load's own noise."""
         """When the service last had a request (or, before any, when the autoscaler first saw it)."""
 
     def decide(self, signals: ServiceSignals) -> ReplicaDecision:
@@ -299,6 +314,7 @@ class ReplicaAutoscaler:
             fallback.gpus_per_replica if fallback is not None else None,
             signals.fallback_ready + signals.fallback_starting,
             signals.fallback_share or 0.0,
+            signals.primary_room,
         )
 
     def _remember(self, signals: ServiceSignals) -> None:
@@ -415,7 +431,13 @@ class ReplicaAutoscaler:
         step by its granularity alone, and a wider band would only hold a spare replica); outside the band,
         the count for ``rate × (1 + tolerance / 2)``. A big fleet keeps a band of about the tolerance in replicas; a
         fleet of three keeps no spare replica the load does not ask for (a band of one whole replica was a
-        third more GPUs there). None without a service time."""
+        third more GPUs there). The band is also widened by the noise of the load's own estimate
+        (``_load_noise``): a replica is added at once when the load is over what the current count serves
+        by ``SCALE_UP_Z`` standard errors, after ``UNSURE_WAIT`` stable windows of asking when by less,
+        and removed only when the load is under the band by ``SCALE_DOWN_Z``: a
+        small service's measured load jitters by several per cent, and it scaled up on that jitter and back
+        down when the scale-down window ended (ServeGen mm-image: 12 such pairs in 28 actions a day); a big
+        service's estimate is within a per cent and keeps its band. None without a service time."""
         wanted = self._slo_count(rate, signals, spread)
         if wanted is None:
             return None
@@ -424,9 +446,27 @@ class ReplicaAutoscaler:
         keep = band
         if quantile is not None and current > 0:
             keep = max(band, min(SWING_CEILING * band, self._swing.swing(quantile)) - 1.0 / current)
-        if wanted <= current <= (self._slo_count(rate * (1 + keep), signals, spread) or wanted):
+        noise = self._load_noise(rate)
+        sure = self._slo_count(rate * (1 - SCALE_UP_Z * noise), signals, spread) or wanted
+        top = self._slo_count(rate * (1 + keep) * (1 + SCALE_DOWN_Z * noise), signals, spread) or wanted
+        now = signals.now
+        if wanted > current and sure <= current:
+            self._unsure_since = now if self._unsure_since is None else self._unsure_since
+            if now - self._unsure_since < UNSURE_WAIT * self.spec.stable_window_s:
+                return current
+        else:
+            self._unsure_since = None
+        if wanted <= current <= top:
             return current
         return max(wanted, self._slo_count(rate * (1 + band / 2), signals, spread) or wanted)
+
+    def _load_noise(self, rate: float) -> float:
+        """Relative standard error of the offered load's estimate: the Poisson count of the stable window's
+        requests and the mean slot time's own error."""
+        service = self._service
+        if service is None or rate <= 0:
+            return 0.0
+        return math.sqrt(1.0 / (rate * self.spec.stable_window_s) + service.relative_variance)
 
     def _count_for_rate(self, rate: float, signals: ServiceSignals) -> int | None:
         """The replicas a request rate needs by the rate-based signals (requests/s target, SLO capacity)."""

@@ -133,6 +133,18 @@ class Metrics:
         self.inference_desired = Gauge(
             f"{prefix}_inference_desired_replicas", "The replica autoscaler's decision", ["service"], registry=r
         )
+        self.inference_fallback_replicas = Gauge(
+            f"{prefix}_inference_fallback_replicas",
+            "Replicas of a service's lower-quality fallback variant by state (started when GPUs run short)",
+            ["service", "variant", "quality", "state"],
+            registry=r,
+        )
+        self.inference_fallback_requests = Counter(
+            f"{prefix}_inference_fallback_requests_total",
+            "Requests a service's fallback variant served",
+            ["service", "variant", "quality"],
+            registry=r,
+        )
         self.team_cost = Counter(
             f"{prefix}_team_cost_dollars_total",
             "Cost of the GPUs the team's work held, at the pool's price",

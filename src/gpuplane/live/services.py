@@ -20,6 +20,7 @@ import httpx
 from pydantic import ValidationError
 
 from gpuplane.autoscale.canary import CanaryJudge, CanaryPhase, RevisionWindow, split_replicas
+from gpuplane.autoscale.fallback import decode_bound_share
 from gpuplane.autoscale.replicas import ReplicaAutoscaler, ReplicaDecision, ServiceSignals
 from gpuplane.live.control import ControlPlane
 from gpuplane.live.gpu_telemetry import LiveTelemetry
@@ -27,6 +28,7 @@ from gpuplane.live.intents import Cancel, SaveService, ServiceIntent, Submit
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ray_engine import OPTIONS_ENV
 from gpuplane.live.records import EventRecord, JobRecord, JobState, ServiceRecord, ServiceState
+from gpuplane.live.service_gpus import service_gpus
 from gpuplane.policy.errors import format_path
 from gpuplane.policy.schema_serving import ServiceSpec
 from gpuplane.policy.validate import check_policy
@@ -34,7 +36,14 @@ from gpuplane.telemetry import ServiceGauges
 
 DEFAULT_HANDLER = "gpuplane.live.actors:echo"
 REVISION_ENV = "GPUPLANE_REVISION"
+VARIANT_ENV = "GPUPLANE_VARIANT"
+"""Set to ``fallback`` on the replica jobs of a service's fallback variant (absent on its own replicas)."""
+FALLBACK = "fallback"
 WINDOW_S = 10.0
+SHARE_HORIZON_S = 300.0
+"""How far back the gateway keeps each variant's service times (``Gateway.fallback_share``)."""
+SHARE_MIN_SAMPLES = 10
+"""Service times each variant needs before the measured share replaces the profiles' one."""
 
 
 class ServiceError(ValueError):
@@ -54,6 +63,9 @@ class _Window:
     canary_credit: float = 0.0
     revisions: dict[int, list[int]] = field(default_factory=dict)
     """Per revision, [requests, within the latency SLO] since the canary's current step began."""
+    service_s: dict[bool, deque[tuple[float, float]]] = field(default_factory=dict)
+    """Per variant (True: the fallback), (when, seconds) of requests that found their replica idle."""
+    fallback_served: int = 0
 
 
 class Gateway:
@@ -71,6 +83,8 @@ class Gateway:
         self.canary: dict[str, tuple[int, float, float]] = {}
         """Per service with a canary: its revision, its traffic share, the SLO latency in seconds."""
         self.slo_s: dict[str, float] = {}
+        self.fallback_of: dict[str, tuple[str, str]] = {}
+        """Per fallback replica, its service's fallback variant name and quality."""
 
     def _window(self, service: str) -> _Window:
         with self._lock:
@@ -96,6 +110,7 @@ class Gateway:
             chosen = [r for r in candidates if (self.revision_of.get(r) == revision) == to_canary]
             candidates = chosen or candidates
         replica = min(candidates, key=lambda r: window.in_flight.get(r, 0))
+        idle = window.in_flight.get(replica, 0) == 0
         window.in_flight[replica] = window.in_flight.get(replica, 0) + 1
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=60.0, limits=httpx.Limits(max_connections=512))
@@ -108,6 +123,12 @@ class Gateway:
             window.in_flight[replica] -= 1
         elapsed = time.monotonic() - started
         window.latencies.append((time.monotonic(), elapsed))
+        fallback = self.fallback_of.get(replica)
+        if idle and status == 200:
+            window.service_s.setdefault(fallback is not None, deque()).append((time.monotonic(), elapsed))
+        if fallback is not None and status == 200:
+            window.fallback_served += 1
+            self._metrics.inference_fallback_requests.labels(service, *fallback).inc()
         counts = window.revisions.setdefault(self.revision_of.get(replica, 0), [0, 0])
         counts[0] += 1
         counts[1] += int(status == 200 and elapsed <= self.slo_s.get(service, float("inf")))
@@ -127,6 +148,27 @@ class Gateway:
         latencies = sorted(lat for _, lat in window.latencies)
         latency = latencies[min(len(latencies) - 1, int(len(latencies) * percentile / 100.0))] if latencies else None
         return rps, latency, sum(window.in_flight.values())
+
+    def fallback_share(self, service: str, prior: float) -> float:
+        """One fallback replica's capacity as a share of an own replica's: the ratio of the two variants' mean
+        service times over the last ``SHARE_HORIZON_S`` (requests that found their replica idle, so no queue
+        is in them; every live replica serves the same number of requests at once), ``prior`` until each
+        variant has served ``SHARE_MIN_SAMPLES`` of them."""
+        window = self._window(service)
+        horizon = time.monotonic() - SHARE_HORIZON_S
+        means = []
+        for variant in (False, True):
+            samples = window.service_s.get(variant, deque())
+            while samples and samples[0][0] < horizon:
+                samples.popleft()
+            if len(samples) < SHARE_MIN_SAMPLES:
+                return prior
+            means.append(sum(s for _, s in samples) / len(samples))
+        return means[0] / means[1] if means[1] > 0 else prior
+
+    def fallback_served(self, service: str) -> int:
+        """Requests the service's fallback replicas served since the plane started."""
+        return self._window(service).fallback_served
 
     def revision_window(self, service: str, revision: int) -> RevisionWindow:
         """Requests of ``revision`` since the last reset, and how many met the SLO latency."""
@@ -156,6 +198,8 @@ class ServiceManager:
         self._specs: dict[str, ServiceSpec] = {}
         self._scalers: dict[str, ReplicaAutoscaler] = {}
         self._judges: dict[str, CanaryJudge] = {}
+        self._fallback_desired: dict[str, int] = {}
+        """Per service with a fallback variant, the fallback replicas last decided."""
         self._lock = threading.Lock()
 
     def recover(self) -> int:
@@ -261,17 +305,22 @@ class ServiceManager:
         for name, service in list(self.services.items()):
             replicas = self.replicas(name)
             urls = self._route(name, replicas)
+            fallback_jobs = [j for j in replicas if _is_fallback(j)]
+            own_jobs = [j for j in replicas if not _is_fallback(j)]
+            spec = self._specs[name]
+            self._observe_fallback(service, spec, fallback_jobs)
             if service.state is ServiceState.DELETING:
                 intents += self._wind_down(service, replicas, now)
                 continue
-            signals = self._signals(name, urls, replicas, now, gpu_signals)
+            signals = self._signals(name, urls, own_jobs, fallback_jobs, now, gpu_signals)
             decision = self._scalers[name].decide(signals)
             desired = decision.desired if service.manual_replicas is None else service.manual_replicas
             self.metrics.inference_desired.labels(name).set(desired)
-            live = [j for j in replicas if j.state is not JobState.CANCELLING]
+            live = [j for j in own_jobs if j.state is not JobState.CANCELLING]
+            intents += self._apply_fallback(service, spec, now, decision, fallback_jobs)
             if desired != service.desired_replicas:
                 intents.append(self._rescale(service, decision, desired, len(live), signals))
-            intents += self._judge_canary(service, self._specs[name], now)
+            intents += self._judge_canary(service, spec, now)
             intents += self._match(service, live, desired, now)
         self.metrics.observe_service_gpus(gpu_signals)
         return intents
@@ -285,10 +334,12 @@ class ServiceManager:
                 if url:
                     urls[job.id] = url
         self.gateway.urls[name] = urls
+        revision = self.services[name].revision
         for job in replicas:
-            self.gateway.revision_of[job.id] = _revision(job)
+            self.gateway.revision_of[job.id] = revision if _is_fallback(job) else _revision(job)
+        own = [j for j in replicas if not _is_fallback(j)]
         for state in ("pending", "admitted", "running"):
-            self.metrics.inference_replicas.labels(name, state).set(sum(1 for j in replicas if j.state.value == state))
+            self.metrics.inference_replicas.labels(name, state).set(sum(1 for j in own if j.state.value == state))
         return urls
 
     def _wind_down(self, service: ServiceRecord, replicas: list[JobRecord], now: float) -> list[ServiceIntent]:
@@ -306,16 +357,15 @@ class ServiceManager:
         self,
         name: str,
         urls: dict[str, str],
-        replicas: list[JobRecord],
+        own_jobs: list[JobRecord],
+        fallback_jobs: list[JobRecord],
         now: float,
         gpu_signals: dict[str, ServiceGauges],
     ) -> ServiceSignals:
-        """What the replica autoscaler reads: the gateway's window, replicas ready and starting, GPU gauges."""
+        """What the replica autoscaler reads: the gateway's window, own replicas ready and starting, GPU gauges,
+        and for a service with a fallback variant the GPUs it could still be given and its fallback replicas."""
         spec = self._specs[name]
-        ready = len(urls)
-        starting = sum(1 for j in replicas if j.state in (JobState.PENDING, JobState.ADMITTED)) + sum(
-            1 for j in replicas if j.state is JobState.RUNNING and j.id not in urls
-        )
+        ready, starting = _ready_and_starting(own_jobs, urls)
         rps, latency, in_flight = self.gateway.measure(name, spec.slo.quantile * 100)
         gpus = self.telemetry.service(urls) if self.telemetry is not None else None
         if gpus is not None:
@@ -326,9 +376,10 @@ class ServiceManager:
             ready=ready,
             starting=starting,
             latency_s=latency,
-            queue_depth=float(max(0, in_flight - ready)),
+            queue_depth=float(max(0, in_flight - ready - sum(1 for j in fallback_jobs if j.id in urls))),
             gpu_utilization=None if gpus is None else gpus.gpu_utilization,
             gpu_memory_used=None if gpus is None else gpus.gpu_memory_used,
+            **self._gpu_signals(self.services[name], spec, now, own_jobs, fallback_jobs, urls),
         )
 
     def _rescale(
@@ -364,6 +415,92 @@ class ServiceManager:
                 order = sorted(mine, key=lambda j: (j.state is JobState.RUNNING, j.submit_time))
                 intents += [Cancel(job.id) for job in order[: len(mine) - target]]
         intents += [Cancel(job.id) for job in live if _revision(job) not in targets]
+        return intents
+
+    def _observe_fallback(self, service: ServiceRecord, spec: ServiceSpec, fallback_jobs: list[JobRecord]) -> None:
+        """Tell the gateway which replicas are the fallback's, and export their counts by state."""
+        fallback = spec.fallback
+        if fallback is None:
+            return
+        for job in fallback_jobs:
+            self.gateway.fallback_of[job.id] = (fallback.name, fallback.quality)
+        for state in ("pending", "admitted", "running"):
+            self.metrics.inference_fallback_replicas.labels(service.name, fallback.name, fallback.quality, state).set(
+                sum(1 for j in fallback_jobs if j.state.value == state)
+            )
+
+    def _gpu_signals(
+        self,
+        service: ServiceRecord,
+        spec: ServiceSpec,
+        now: float,
+        own_jobs: list[JobRecord],
+        fallback_jobs: list[JobRecord],
+        urls: dict[str, str],
+    ) -> dict[str, Any]:
+        """What the autoscaler needs to serve a GPU shortage with the fallback variant (``ServiceSignals``'
+        ``gpus_free`` and the fallback's fields); nothing for a service without one or with a pinned count."""
+        fallback = spec.fallback
+        if fallback is None or service.manual_replicas is not None:
+            return {}
+        own = [j for j in own_jobs if j.state is not JobState.CANCELLING]
+        others = [j for j in fallback_jobs if j.state is not JobState.CANCELLING]
+        gpus = service_gpus(
+            self.control,
+            self._replica_job(service, spec, now, service.revision, False),
+            own,
+            others,
+            fallback.gpus_per_replica,
+        )
+        if gpus is None:
+            return {}
+        fallback_ready, fallback_starting = _ready_and_starting(others, urls)
+        return {
+            "gpus_free": gpus.gpus_free,
+            "primary_room": gpus.primary_room,
+            "fallback_ready": fallback_ready,
+            "fallback_starting": fallback_starting,
+            "fallback_share": self.gateway.fallback_share(service.name, decode_bound_share(spec.model, fallback.model)),
+        }
+
+    def _apply_fallback(
+        self,
+        service: ServiceRecord,
+        spec: ServiceSpec,
+        now: float,
+        decision: ReplicaDecision,
+        fallback_jobs: list[JobRecord],
+    ) -> list[ServiceIntent]:
+        """Start or stop fallback replicas to the decided count (none once the own replicas serve again, or
+        when the count is pinned), recording each change as a service event with the decision's reason."""
+        fallback = spec.fallback
+        if fallback is None:
+            return []
+        intents: list[ServiceIntent] = []
+        target = decision.fallback if service.manual_replicas is None else 0
+        live = [j for j in fallback_jobs if j.state is not JobState.CANCELLING]
+        before = self._fallback_desired.get(service.name, len(live))
+        if target != before:
+            code = decision.code.value if target > 0 else "fallback_released"
+            details = {
+                "fallback": fallback.name,
+                "quality": fallback.quality,
+                "from": before,
+                "to": target,
+                "decision": decision.code.value,
+                "gpu_shortage": _plain(decision.details.get("gpu_shortage")),
+            }
+            service.reason = {"reason": code, "details": _plain(decision.details)}
+            intents.append(
+                SaveService(service, EventRecord(0, now, "service", service.name, service.team, code, details))
+            )
+        self._fallback_desired[service.name] = target
+        if target > len(live):
+            for _ in range(target - len(live)):
+                intents += self._submit_replica(service, self._replica_job(service, spec, now, service.revision, True))
+        elif target < len(live):
+            order = sorted(live, key=lambda j: (j.state is JobState.RUNNING, -j.submit_time))
+            intents += [Cancel(job.id) for job in order[: len(live) - target]]
         return intents
 
     def start_canary(self, name: str, handler: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -458,23 +595,40 @@ class ServiceManager:
         return SaveService(service, EventRecord(0, now, "service", service.name, service.team, code, figures))
 
     def _add_replica(self, service: ServiceRecord, spec: ServiceSpec, now: float, revision: int) -> list[ServiceIntent]:
+        return self._submit_replica(service, self._replica_job(service, spec, now, revision, False))
+
+    def _replica_job(
+        self, service: ServiceRecord, spec: ServiceSpec, now: float, revision: int, fallback: bool
+    ) -> JobRecord:
+        """A replica job of ``revision``; ``fallback``: of the service's fallback variant (its own GPUs, the
+        handler told the variant and its quality in its options, ``VARIANT_ENV`` set)."""
         canary = service.canary if service.canary is not None and int(service.canary["revision"]) == revision else None
         handler = str(canary["handler"]) if canary is not None else service.handler
-        options = dict(canary["options"]) if canary is not None else service.options
-        job = JobRecord(
+        options = dict(canary["options"]) if canary is not None else dict(service.options)
+        env = {REVISION_ENV: str(revision)}
+        gpus = 0 if spec.mig_profile else spec.gpus_per_replica
+        name = f"{service.name} replica (revision {revision})"
+        if fallback and spec.fallback is not None:
+            options.update(variant=spec.fallback.name, quality=spec.fallback.quality)
+            env[VARIANT_ENV] = FALLBACK
+            gpus = spec.fallback.gpus_per_replica
+            name = f"{service.name} fallback replica ({spec.fallback.name}, quality {spec.fallback.quality})"
+        return JobRecord(
             id=f"{service.name}-{self.control.new_id()}",
             team=service.team,
-            name=f"{service.name} replica (revision {revision})",
+            name=name,
             klass="inference",
             entrypoint=[handler],
             pods=1,
-            gpus_per_pod=0 if spec.mig_profile else spec.gpus_per_replica,
-            mig_profile=spec.mig_profile,
+            gpus_per_pod=gpus,
+            mig_profile=None if fallback else spec.mig_profile,
             submit_time=now,
             priority=spec.priority,
-            env={OPTIONS_ENV: json.dumps(options), REVISION_ENV: str(revision)},
+            env={OPTIONS_ENV: json.dumps(options), **env},
             service=service.name,
         )
+
+    def _submit_replica(self, service: ServiceRecord, job: JobRecord) -> list[ServiceIntent]:
         refused = self.control.refusal(job)
         if refused is not None:
             service.reason = {"reason": "replica_rejected", "details": {"problem": str(refused)}}
@@ -494,12 +648,34 @@ class ServiceManager:
             "handler": service.handler,
             "desired_replicas": service.desired_replicas,
             "manual_replicas": service.manual_replicas,
-            "replicas": {s.value: sum(1 for j in replicas if j.state is s) for s in JobState if not s.finished},
+            "replicas": {
+                s.value: sum(1 for j in replicas if j.state is s and not _is_fallback(j))
+                for s in JobState
+                if not s.finished
+            },
             "ready_urls": len(self.gateway.urls.get(name, {})),
+            "fallback": self._fallback_view(name, replicas),
             "reason": service.reason,
             "revision": service.revision,
             "canary": service.canary,
             "spec": service.spec,
+        }
+
+    def _fallback_view(self, name: str, replicas: list[JobRecord]) -> dict[str, Any] | None:
+        """The fallback variant's replicas (None when the service declares none)."""
+        fallback = self._specs[name].fallback
+        if fallback is None:
+            return None
+        mine = [j for j in replicas if _is_fallback(j)]
+        urls = self.gateway.urls.get(name, {})
+        return {
+            "name": fallback.name,
+            "quality": fallback.quality,
+            "gpus_per_replica": fallback.gpus_per_replica,
+            "desired_replicas": self._fallback_desired.get(name, 0),
+            "replicas": {s.value: sum(1 for j in mine if j.state is s) for s in JobState if not s.finished},
+            "ready_urls": sum(1 for j in mine if j.id in urls),
+            "requests_served": self.gateway.fallback_served(name),
         }
 
     def views(self) -> list[dict[str, Any]]:
@@ -513,6 +689,19 @@ def _event(service: ServiceRecord, now: float, reason: str, details: dict[str, A
 
 def _revision(job: JobRecord) -> int:
     return int(job.env.get(REVISION_ENV, "1"))
+
+
+def _is_fallback(job: JobRecord) -> bool:
+    return job.env.get(VARIANT_ENV) == FALLBACK
+
+
+def _ready_and_starting(jobs: list[JobRecord], urls: dict[str, str]) -> tuple[int, int]:
+    """Replicas serving (a URL known) and replicas ordered, placed or loading (counted as starting)."""
+    ready = sum(1 for j in jobs if j.id in urls)
+    starting = sum(1 for j in jobs if j.state in (JobState.PENDING, JobState.ADMITTED)) + sum(
+        1 for j in jobs if j.state is JobState.RUNNING and j.id not in urls
+    )
+    return ready, starting
 
 
 def _plain(value: Any) -> Any:
