@@ -124,13 +124,16 @@ class CycleResult:
         return [d for d in self.decisions if d.workload_id == workload_id]
 
 
-def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
+def schedule(index: PolicyIndex, snapshot: ClusterSnapshot, *, incremental: bool = True) -> CycleResult:
     """Decide admissions, preemptions and waits for every pending workload of ``snapshot``.
 
     Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
-    snapshot contradicts itself (a GPU held twice, an unknown node).
+    snapshot contradicts itself (a GPU held twice, an unknown node). ``incremental=False`` recomputes
+    everything the cycle otherwise keeps between its steps: the same decisions, slower (the tests' reference).
     """
-    state = CycleState(index, snapshot.nodes, snapshot.now, remember_resolved=False, load=snapshot.load)
+    state = CycleState(
+        index, snapshot.nodes, snapshot.now, remember_resolved=False, load=snapshot.load, incremental=incremental
+    )
     state.load(snapshot.running)
     return run_cycle(state, snapshot.now, snapshot.pending, snapshot.load)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
@@ -17,6 +17,9 @@ from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_l
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
+
+if TYPE_CHECKING:
+    from gpuplane.scheduler.clearing import ClearingCosts
 
 
 @dataclass(slots=True, eq=False)
@@ -100,8 +103,12 @@ class CycleState:
         *,
         remember_resolved: bool = True,
         load: LoadSignals | None = None,
+        incremental: bool = True,
     ) -> None:
         self.index = index
+        self.incremental = incremental
+        """Keep what a cycle learned for its later steps and cycles, updated by the events that change it (the
+        default); off, every step works from scratch, as the reference the incremental cycle is tested against."""
         self.now = now
         self.guard_s = index.guard_s(load or LoadSignals())
         """The starvation guard of the current cycle (``PolicyIndex.guard_s``; None: no guard)."""
@@ -186,6 +193,8 @@ class CycleState:
         """Record work admitted in this cycle (never a victim before the next cycle)."""
         self.running[entry.id] = entry
         self._admitted.append(entry)
+        if self._victims is not None:
+            self._victims.touch(entry.slots)
         self._resolved.pop(entry.id, None)
 
     def finish(self, workload_id: str) -> None:
@@ -358,6 +367,8 @@ class CycleState:
 
 
 VictimRank = tuple[int, int, float, float, float, str]
+NodeVictim = tuple[VictimRank, RunEntry, int, int]
+"""A victim on one node: its rank, the entry, the GPUs it holds on the node, its group (``VictimIndex.groups``)."""
 
 
 def victim_rank(entry: RunEntry, now: float, level: int = 0, by_wait: bool = False) -> VictimRank:
@@ -440,6 +451,14 @@ class VictimIndex:
         """Ids of runs within ``preemption.min_runtime_s`` of their start: spared like promoted runs."""
         self.reclaim_young: set[str] = set()
         """Ids of runs within the reclaim minimum runtime of their start: spared reclaim."""
+        self.groups: list[tuple[str, str, Standing]] = []
+        """Every (queue, flavor, standing) of indexed work; a victim filter accepts or refuses whole groups."""
+        self._by_node: dict[int, list[NodeVictim]] | None = None
+        self.touched: list[int] = []
+        """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
+        the clearing costs of ``clearing`` are brought up to date from it."""
+        self.clearing: dict[tuple[object, ...], ClearingCosts] = {}
+        """Per-node clearing costs per victim filter (``scheduler.clearing``), kept for the rest of the cycle."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
@@ -470,6 +489,29 @@ class VictimIndex:
         """The ranked lists of ``queue``'s work on ``flavor`` whose standing ``accept`` takes."""
         return [ranked for standing, ranked in self.ranked.get((queue, flavor), {}).items() if accept(standing)]
 
+    @property
+    def by_node(self) -> dict[int, list[NodeVictim]]:
+        """Per node, the indexed work on it in victim order, each with the GPUs it holds there and its group
+        (an index into ``groups``), built when first needed."""
+        if self._by_node is None:
+            by_node: dict[int, list[NodeVictim]] = {}
+            for (queue, flavor), by_standing in self.ranked.items():
+                for standing, ranked in by_standing.items():
+                    group = len(self.groups)
+                    self.groups.append((queue, flavor, standing))
+                    for rank, e in ranked:
+                        for node in {slot[0] for slot in e.slots}:
+                            gpus = sum(len(g) for n, g, _ in e.slots if n == node)
+                            by_node.setdefault(node, []).append((rank, e, gpus, group))
+            for entries in by_node.values():
+                entries.sort(key=lambda item: item[0])
+            self._by_node = by_node
+        return self._by_node
+
+    def touch(self, slots: Iterable[PodSlot]) -> None:
+        """The nodes of ``slots`` changed for good (work admitted there, or evicted from there)."""
+        self.touched.extend(slot[0] for slot in slots)
+
     def level(self, entry: RunEntry) -> int:
         """The attained-service level of an indexed entry at the cycle's time."""
         return self.levels.get(entry.id, 0)
@@ -489,6 +531,7 @@ class VictimIndex:
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
+        self.touch(entry.slots)
         if entry.queue is None or entry.tier is None or not entry.preemptible:
             return
         by_standing = self.milli.get((entry.queue.name, entry.flavor))
