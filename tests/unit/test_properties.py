@@ -81,6 +81,7 @@ def policies(draw, preemption=None):
             "spare_oldest_within_nominal": draw(st.booleans()),
             "min_runtime_s": draw(st.sampled_from([None, 600.0])),
             "reclaim_min_runtime_s": draw(st.sampled_from([None, 0.0, 300.0])),
+            "searches_per_queue": draw(st.sampled_from([None, None, 1, 2])),
         },
     }
     if draw(st.booleans()):

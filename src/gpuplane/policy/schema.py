@@ -170,6 +170,7 @@ class PreemptionSpec(_Spec):
     min_runtime_s: float | None = Field(None, gt=0)
     reclaim_min_runtime_s: float | None = Field(None, ge=0)
     victims_least_waited_first: bool = False
+    searches_per_queue: int | None = Field(None, ge=1)
 
 
 class ServiceLevelsSpec(_Spec):

@@ -173,6 +173,11 @@ class _Cycle:
         self.levels = bool(index.level_thresholds_gpu_s)
         self.levels_first = index.levels_across_queues
         self.tail: list[tuple[str, str, int]] = []
+        self.search_bound = index.policy.scheduling.preemption.searches_per_queue
+        self.searches: dict[str, int] = {}
+        """Preemption searches run per queue this cycle (remembered failures do not count)."""
+        self.deferred: str | None = None
+        """The workload whose preemption search was just deferred by ``searches_per_queue``."""
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
@@ -364,6 +369,12 @@ class _Cycle:
         failed = self.preempt_memo.get(key)
         if failed is not None and any(r.required >= need and waited <= w for need, w in failed):
             return False
+        if self.search_bound is not None:
+            done = self.searches.get(r.queue.name, 0)
+            if done >= self.search_bound:
+                self.deferred = r.id
+                return False
+            self.searches[r.queue.name] = done + 1
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
             self.preempt_memo.setdefault(key, []).append((r.required, waited))
@@ -423,6 +434,10 @@ class _Cycle:
                 self.blocked_pools.setdefault(pool, r.id)
             if not blocked_on:
                 self.blocked_queues.setdefault(r.queue.name, r.id)
+        if self.deferred == r.id:
+            details.update({"blocked_by": best.code.value, "searches_per_queue": self.search_bound})
+            self._wait(r.id, ReasonCode.PREEMPTION_DEFERRED, details)
+            return
         if blocked_on and self.mode == "easy":
             reservation = self._reserve(r, blocked_on)
             if reservation is not None:
