@@ -367,8 +367,11 @@ class _Cycle:
         key = r.preemption_key
         waited = r.waited_s(self.st.now) if self.index.spare_longer_waiting else 0.0
         failed = self.preempt_memo.get(key)
-        if failed is not None and any(r.required >= need and waited <= w for need, w in failed):
-            return False
+        if failed is not None:
+            required = r.required
+            for need, w in failed:
+                if required >= need and waited <= w:
+                    return False
         if self.search_bound is not None:
             done = self.searches.get(r.queue.name, 0)
             if done >= self.search_bound:

@@ -129,7 +129,8 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
     if r.mig_profile is not None or r.gpu_milli is not None:
         return True
     free = sum(st.cap.pools[p.name].free_gpus() for p in option.pools) * MILLI_PER_GPU
-    victims = sum(st.victims.milli_where(name, option.flavor, s.accept) for name, s in sources.items())
+    rule = (r.tier.name, r.level, r.starving)
+    victims = sum(st.victims.milli_where(name, option.flavor, s.accept, (s.kind, *rule)) for name, s in sources.items())
     return free + victims >= option.milli * r.required
 
 

@@ -229,6 +229,7 @@ class CycleState:
                 self.index.reclaim_min_runtime_s,
                 self.index.policy.scheduling.preemption.victims_least_waited_first,
             )
+            self._victims.incremental = self.incremental
         return self._victims
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
@@ -439,7 +440,10 @@ class VictimIndex:
         reclaim_min_runtime_s: float | None = None,
         by_wait: bool = False,
     ) -> None:
-        self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
+        self.members: dict[tuple[str, str], dict[Standing, list[RunEntry]]] = {}
+        """Indexed work per (queue, flavor) and standing, unordered; ranked on first use (``ranked``)."""
+        self._ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
+        self._now, self._by_wait = now, by_wait
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
         self.levels: dict[str, int] = {}
         self.core = core
@@ -458,6 +462,8 @@ class VictimIndex:
         """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
         the clearing costs of ``clearing`` are brought up to date from it."""
         self.clearing: dict[tuple[object, ...], ClearingCosts] = {}
+        self._milli_sums: dict[tuple[str, str, tuple[object, ...]], int] = {}
+        self.incremental = True
         """Per-node clearing costs per victim filter (``scheduler.clearing``), kept for the rest of the cycle."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
@@ -475,19 +481,30 @@ class VictimIndex:
                 self.reclaim_young.add(e.id)
             key = (e.queue.name, e.flavor)
             standing = self.standing(e, level, promoted)
-            rank = victim_rank(e, now, level, by_wait)
-            self.ranked.setdefault(key, {}).setdefault(standing, []).append((rank, e))
+            self.members.setdefault(key, {}).setdefault(standing, []).append(e)
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
-        for groups in self.ranked.values():
-            for ranked in groups.values():
-                ranked.sort(key=lambda pair: pair[0])
+
+    def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
+        """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked: a cycle
+        whose searches stop at the cheap test (``milli_where``) never ranks anything."""
+        by_standing = self._ranked.get(key)
+        if by_standing is None:
+            now, by_wait, levels = self._now, self._by_wait, self.levels
+            by_standing = {
+                standing: sorted(
+                    ((victim_rank(e, now, levels[e.id], by_wait), e) for e in entries), key=lambda pair: pair[0]
+                )
+                for standing, entries in self.members.get(key, {}).items()
+            }
+            self._ranked[key] = by_standing
+        return by_standing
 
     def accepted(
         self, queue: str, flavor: str, accept: Callable[[Standing], bool]
     ) -> list[list[tuple[VictimRank, RunEntry]]]:
         """The ranked lists of ``queue``'s work on ``flavor`` whose standing ``accept`` takes."""
-        return [ranked for standing, ranked in self.ranked.get((queue, flavor), {}).items() if accept(standing)]
+        return [ranked for standing, ranked in self.ranked((queue, flavor)).items() if accept(standing)]
 
     @property
     def by_node(self) -> dict[int, list[NodeVictim]]:
@@ -495,8 +512,8 @@ class VictimIndex:
         (an index into ``groups``), built when first needed."""
         if self._by_node is None:
             by_node: dict[int, list[NodeVictim]] = {}
-            for (queue, flavor), by_standing in self.ranked.items():
-                for standing, ranked in by_standing.items():
+            for queue, flavor in self.members:
+                for standing, ranked in self.ranked((queue, flavor)).items():
                     group = len(self.groups)
                     self.groups.append((queue, flavor, standing))
                     for rank, e in ranked:
@@ -532,6 +549,7 @@ class VictimIndex:
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
         self.touch(entry.slots)
+        self._milli_sums.clear()
         if entry.queue is None or entry.tier is None or not entry.preemptible:
             return
         by_standing = self.milli.get((entry.queue.name, entry.flavor))
@@ -539,7 +557,18 @@ class VictimIndex:
         if by_standing is not None and standing in by_standing:
             by_standing[standing] -= entry.milli
 
-    def milli_where(self, queue: str, flavor: str, accept: Callable[[Standing], bool]) -> int:
-        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` whose standing is accepted."""
+    def milli_where(
+        self, queue: str, flavor: str, accept: Callable[[Standing], bool], rule: tuple[object, ...] | None = None
+    ) -> int:
+        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` whose standing is accepted.
+
+        ``rule`` names ``accept`` exactly (the same rule accepts the same standings): the sum is then remembered
+        until the next eviction, since the searches of one cycle ask it again and again."""
+        if rule is not None and self.incremental:
+            key = (queue, flavor, rule)
+            cached = self._milli_sums.get(key)
+            if cached is None:
+                cached = self._milli_sums[key] = self.milli_where(queue, flavor, accept)
+            return cached
         by_standing = self.milli.get((queue, flavor), {})
         return sum(m for standing, m in by_standing.items() if accept(standing))
