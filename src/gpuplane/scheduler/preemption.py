@@ -196,7 +196,11 @@ def _cheapest_nodes_first(
             flavor == option.flavor and queue in sources and sources[queue].accept(standing)
             for queue, flavor, standing in victims.groups
         ]
-        nodes = [node for node in by_node if node_pool[node] in in_pools]
+        holding: set[int] = set()
+        for group, taken in enumerate(groups):
+            if taken:
+                holding |= victims.group_nodes[group]
+        nodes = [node for node in holding if node in by_node and node_pool[node] in in_pools]
         costs = ClearingCosts(nodes, r.gpus_per_pod, groups, _spares(r, sources, victims))
         if st.incremental:
             victims.clearing[signature] = costs

@@ -457,6 +457,8 @@ class VictimIndex:
         """Ids of runs within the reclaim minimum runtime of their start: spared reclaim."""
         self.groups: list[tuple[str, str, Standing]] = []
         """Every (queue, flavor, standing) of indexed work; a victim filter accepts or refuses whole groups."""
+        self.group_nodes: list[set[int]] = []
+        """The nodes each group's work runs on (with ``groups``, built with ``by_node``)."""
         self._by_node: dict[int, list[NodeVictim]] | None = None
         self.touched: list[int] = []
         """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
@@ -516,7 +518,10 @@ class VictimIndex:
                 for standing, ranked in self.ranked((queue, flavor)).items():
                     group = len(self.groups)
                     self.groups.append((queue, flavor, standing))
+                    nodes: set[int] = set()
+                    self.group_nodes.append(nodes)
                     for rank, e in ranked:
+                        nodes.update(slot[0] for slot in e.slots)
                         for node in {slot[0] for slot in e.slots}:
                             gpus = sum(len(g) for n, g, _ in e.slots if n == node)
                             by_node.setdefault(node, []).append((rank, e, gpus, group))
