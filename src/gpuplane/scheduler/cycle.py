@@ -174,6 +174,7 @@ class _Cycle:
         self.levels_first = index.levels_across_queues
         self.tail: list[tuple[str, str, int]] = []
         self.search_bound = index.policy.scheduling.preemption.searches_per_queue
+        self.spare_longer_waiting = index.spare_longer_waiting
         self.searches: dict[str, int] = {}
         """Preemption searches run per queue this cycle (remembered failures do not count)."""
         self.deferred: str | None = None
@@ -271,9 +272,16 @@ class _Cycle:
             only = r.options[0]
             verdict = self.st.ledger.check(r.queue, only.flavor, only.milli * r.required, r.preemptible)
             if not verdict.ok:  # the common wait in a busy cluster: skip placement, fail as try_option would
-                assert verdict.code is not None
-                if not (self.preemption and self._try_preemption(r)):
-                    self._block(r, [Failure(only.flavor, None, verdict.code, verdict.details)], position)
+                code = verdict.code
+                assert code is not None
+                if self.preemption and self._try_preemption(r):
+                    return
+                if self.mode == "strict" or self.deferred == r.id or not self.st.incremental:
+                    self._block(r, [Failure(only.flavor, None, code, verdict.details)], position)
+                    return
+                # what _block decides for one quota failure outside strict mode: no pool to reserve on
+                details = {**verdict.details, "queue": r.queue.name, "queue_position": position}
+                self.decisions.append(Decision(DecisionKind.WAIT, r.id, make_reason(code, details)))
                 return
         failures: list[Failure] = []
         for option in r.options:
@@ -365,8 +373,8 @@ class _Cycle:
 
     def _try_preemption(self, r: Resolved) -> bool:
         key = r.preemption_key
-        waited = r.waited_s(self.st.now) if self.index.spare_longer_waiting else 0.0
         failed = self.preempt_memo.get(key)
+        waited = r.waited_s(self.st.now) if self.spare_longer_waiting else 0.0
         if failed is not None:
             required = r.required
             for need, w in failed:
