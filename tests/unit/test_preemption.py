@@ -170,3 +170,24 @@ def test_a_failed_preemption_search_does_not_hide_a_different_shape():
     assert kinds(res)["whole-node"] == "wait"
     assert kinds(res)["spread"] == "admit"
     assert sorted(d.workload_id for d in res.preempted) == ["b0", "b1"]
+
+
+def test_searches_per_queue_bounds_the_preemption_searches_of_a_cycle():
+    """With ``searches_per_queue: 1`` a queue runs one preemption search per cycle (Kueue looks at queue heads
+    only); the next workload that needs preemption waits with ``preemption_deferred`` and is searched next cycle.
+    Unbounded, both high-tier jobs preempt at once."""
+    specs = [(job(f"low{i}", klass="batch", t=i), i, None) for i in range(2)]
+    pending = [job("urgent1", priority="high", t=20), job("urgent2", priority="high", t=21)]
+    unbounded = policy()
+    node_list = nodes(unbounded, train=2)
+    run = running(unbounded, node_list, specs)
+    res = cycle(unbounded, node_list, pending, run, now=100)
+    assert kinds(res) == {"low0": "preempt", "low1": "preempt", "urgent1": "admit", "urgent2": "admit"}
+    bounded = policy(scheduling={"preemption": {"searches_per_queue": 1}})
+    res = cycle(bounded, node_list, pending, run, now=100)
+    assert kinds(res) == {"low1": "preempt", "urgent1": "admit", "urgent2": "wait"}
+    (deferred,) = [d for d in res.waiting if d.workload_id == "urgent2"]
+    assert deferred.reason.code.value == "preemption_deferred"
+    assert deferred.reason.details["searches_per_queue"] == 1
+    assert deferred.reason.details["blocked_by"] in {"insufficient_capacity", "quota_nominal_exceeded"}
+    assert "searched again next cycle" in deferred.reason.message

@@ -31,7 +31,7 @@ MIG = {"1g.10gb": (1, 1), "3g.40gb": (3, 4)}
 
 
 @st.composite
-def policies(draw):
+def policies(draw, preemption=None):
     a_nom = draw(st.integers(0, 60))
     b_nom = draw(st.integers(0, 60))
 
@@ -76,11 +76,12 @@ def policies(draw):
             "keep_reservations": draw(st.booleans()),
         },
         "preemption": {
-            "enabled": draw(st.booleans()),
+            "enabled": draw(st.booleans()) if preemption is None else preemption,
             "reclaim_within_cohort": draw(st.sampled_from(["any", "lower_priority", "never"])),
             "spare_oldest_within_nominal": draw(st.booleans()),
             "min_runtime_s": draw(st.sampled_from([None, 600.0])),
             "reclaim_min_runtime_s": draw(st.sampled_from([None, 0.0, 300.0])),
+            "searches_per_queue": draw(st.sampled_from([None, None, 1, 2])),
         },
     }
     if draw(st.booleans()):
@@ -220,6 +221,8 @@ def test_invariants_hold_over_many_cycles(data):
             seq += 1
         result = schedule(index, ClusterSnapshot(now, node_list, running, pending))
         assert run_cycle(kept, now, pending).decisions == result.decisions, "kept state decided differently"
+        full = schedule(index, ClusterSnapshot(now, node_list, running, pending), incremental=False)
+        assert full.decisions == result.decisions, "the incremental cycle decided differently from the full one"
         by_kind = defaultdict(list)
         for d in result.decisions:
             by_kind[d.kind].append(d)
@@ -265,6 +268,41 @@ def test_invariants_hold_over_many_cycles(data):
                 node_list[i] = replace(node, ready=True)
         assert sorted(kept.running) == sorted(r.workload.id for r in running)
         now += data.draw(st.integers(1, 3600))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_incremental_cycle_decides_as_the_full_cycle_under_preemption_storms(data):
+    """A full cluster and a burst of work that may preempt: the cycle that keeps victims' per-node clearing
+    costs between its preemption searches (updated on each admission and eviction) takes exactly the
+    decisions (admits, placements, victims, reason codes and figures) of the cycle that recomputes them, on a
+    fresh snapshot and on a state kept across cycles."""
+    p = data.draw(policies(preemption=True))
+    index = PolicyIndex(p)
+    node_list = nodes(p, train=data.draw(st.integers(2, 10)), infer=data.draw(st.integers(0, 2)), spot=0)
+    running: list[RunningWorkload] = []
+    pending = [data.draw(workloads(f"f{i}", -7200.0)) for i in range(data.draw(st.integers(10, 40)))]
+    kept = CycleState(index, node_list, -7200.0)
+    reference = CycleState(index, node_list, -7200.0, incremental=False)
+    now = -7200.0
+    for cycle in range(4):
+        if cycle:
+            pending += [data.draw(workloads(f"s{cycle}-{i}", now)) for i in range(data.draw(st.integers(5, 30)))]
+        snapshot = ClusterSnapshot(now, node_list, running, pending)
+        result = schedule(index, snapshot)
+        assert schedule(index, snapshot, incremental=False).decisions == result.decisions
+        assert run_cycle(kept, now, pending).decisions == result.decisions
+        assert run_cycle(reference, now, pending).decisions == result.decisions
+        running_by_id = {r.workload.id: r for r in running}
+        pending_by_id = {w.id: w for w in pending}
+        for d in result.decisions:
+            if d.kind is DecisionKind.PREEMPT:
+                pending_by_id[d.workload_id] = running_by_id.pop(d.workload_id).workload
+            elif d.kind is DecisionKind.ADMIT:
+                assert d.placement is not None
+                running_by_id[d.workload_id] = RunningWorkload(pending_by_id.pop(d.workload_id), d.placement, now)
+        running, pending = list(running_by_id.values()), list(pending_by_id.values())
+        now += data.draw(st.integers(60, 7200))
 
 
 def test_base_policy_fixture_is_valid():

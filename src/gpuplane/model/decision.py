@@ -42,6 +42,7 @@ class ReasonCode(StrEnum):
     RESERVED = "reserved"
     WOULD_DELAY_RESERVATION = "would_delay_reservation"
     BLOCKED_BY_QUEUE_HEAD = "blocked_by_queue_head"
+    PREEMPTION_DEFERRED = "preemption_deferred"
 
 
 class _Lenient(dict[str, Any]):

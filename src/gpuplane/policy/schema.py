@@ -171,6 +171,7 @@ class PreemptionSpec(_Spec):
     reclaim_min_runtime_s: float | None = Field(None, ge=0)
     victims_least_waited_first: bool = False
     spare_after_preemptions: int | None = Field(None, ge=1)
+    searches_per_queue: int | None = Field(None, ge=1)
 
 
 class ServiceLevelsSpec(_Spec):

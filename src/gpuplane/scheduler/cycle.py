@@ -124,13 +124,16 @@ class CycleResult:
         return [d for d in self.decisions if d.workload_id == workload_id]
 
 
-def schedule(index: PolicyIndex, snapshot: ClusterSnapshot) -> CycleResult:
+def schedule(index: PolicyIndex, snapshot: ClusterSnapshot, *, incremental: bool = True) -> CycleResult:
     """Decide admissions, preemptions and waits for every pending workload of ``snapshot``.
 
     Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
-    snapshot contradicts itself (a GPU held twice, an unknown node).
+    snapshot contradicts itself (a GPU held twice, an unknown node). ``incremental=False`` recomputes
+    everything the cycle otherwise keeps between its steps: the same decisions, slower (the tests' reference).
     """
-    state = CycleState(index, snapshot.nodes, snapshot.now, remember_resolved=False, load=snapshot.load)
+    state = CycleState(
+        index, snapshot.nodes, snapshot.now, remember_resolved=False, load=snapshot.load, incremental=incremental
+    )
     state.load(snapshot.running)
     return run_cycle(state, snapshot.now, snapshot.pending, snapshot.load)
 
@@ -170,6 +173,12 @@ class _Cycle:
         self.levels = bool(index.level_thresholds_gpu_s)
         self.levels_first = index.levels_across_queues
         self.tail: list[tuple[str, str, int]] = []
+        self.search_bound = index.policy.scheduling.preemption.searches_per_queue
+        self.spare_longer_waiting = index.spare_longer_waiting
+        self.searches: dict[str, int] = {}
+        """Preemption searches run per queue this cycle (remembered failures do not count)."""
+        self.deferred: str | None = None
+        """The workload whose preemption search was just deferred by ``searches_per_queue``."""
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
@@ -263,9 +272,16 @@ class _Cycle:
             only = r.options[0]
             verdict = self.st.ledger.check(r.queue, only.flavor, only.milli * r.required, r.preemptible)
             if not verdict.ok:  # the common wait in a busy cluster: skip placement, fail as try_option would
-                assert verdict.code is not None
-                if not (self.preemption and self._try_preemption(r)):
-                    self._block(r, [Failure(only.flavor, None, verdict.code, verdict.details)], position)
+                code = verdict.code
+                assert code is not None
+                if self.preemption and self._try_preemption(r):
+                    return
+                if self.mode == "strict" or self.deferred == r.id or not self.st.incremental:
+                    self._block(r, [Failure(only.flavor, None, code, verdict.details)], position)
+                    return
+                # what _block decides for one quota failure outside strict mode: no pool to reserve on
+                details = {**verdict.details, "queue": r.queue.name, "queue_position": position}
+                self.decisions.append(Decision(DecisionKind.WAIT, r.id, make_reason(code, details)))
                 return
         failures: list[Failure] = []
         for option in r.options:
@@ -358,10 +374,19 @@ class _Cycle:
 
     def _try_preemption(self, r: Resolved) -> bool:
         key = r.preemption_key
-        waited = r.waited_s(self.st.now) if self.index.spare_longer_waiting else 0.0
         failed = self.preempt_memo.get(key)
-        if failed is not None and any(r.required >= need and waited <= w for need, w in failed):
-            return False
+        waited = r.waited_s(self.st.now) if self.spare_longer_waiting else 0.0
+        if failed is not None:
+            required = r.required
+            for need, w in failed:
+                if required >= need and waited <= w:
+                    return False
+        if self.search_bound is not None:
+            done = self.searches.get(r.queue.name, 0)
+            if done >= self.search_bound:
+                self.deferred = r.id
+                return False
+            self.searches[r.queue.name] = done + 1
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
             self.preempt_memo.setdefault(key, []).append((r.required, waited))
@@ -421,6 +446,10 @@ class _Cycle:
                 self.blocked_pools.setdefault(pool, r.id)
             if not blocked_on:
                 self.blocked_queues.setdefault(r.queue.name, r.id)
+        if self.deferred == r.id:
+            details.update({"blocked_by": best.code.value, "searches_per_queue": self.search_bound})
+            self._wait(r.id, ReasonCode.PREEMPTION_DEFERRED, details)
+            return
         if blocked_on and self.mode == "easy":
             reservation = self._reserve(r, blocked_on)
             if reservation is not None:

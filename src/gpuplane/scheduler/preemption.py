@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.scheduler.admission import Admitter, Fit
+from gpuplane.scheduler.clearing import ClearingCosts
 from gpuplane.scheduler.index import QueueInfo
 from gpuplane.scheduler.resolve import FlavorOption, Resolved
-from gpuplane.scheduler.state import CycleState, RunEntry, Standing, victim_rank
+from gpuplane.scheduler.state import CycleState, RunEntry, Standing, VictimIndex
 
 
 @dataclass(slots=True)
@@ -56,6 +57,8 @@ class _Source:
 
     queue: QueueInfo
     accept: Callable[[Standing], bool]
+    kind: str
+    """Which rule ``accept`` is (with the preemptor's tier, level and starvation it names the filter exactly)."""
     wait_limit: float | None = None
     """With ``service_levels.spare_longer_waiting``: victims of the preemptor's tier or above must have waited
     no longer than this (the preemptor's own queueing delay); None for reclaim, a right of quota."""
@@ -81,7 +84,7 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
         return (by_level and more_served(s)) or waited_less(s)
 
     limit = r.waited_s(st.now) if st.index.spare_longer_waiting else None
-    sources = {r.queue.name: _Source(r.queue, same_queue, limit)}
+    sources = {r.queue.name: _Source(r.queue, same_queue, "same_queue", limit)}
     if r.queue.cohort is None:
         return sources, False
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
@@ -115,9 +118,9 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
         if name == r.queue.name:
             continue
         if st.ledger.borrowing(queue, flavor):
-            sources[name] = _Source(queue, accept, cross_limit)
+            sources[name] = _Source(queue, accept, accept.__name__, cross_limit)
         elif nominal_level is not None:
-            sources[name] = _Source(queue, long_run, cross_limit, within_nominal=True)
+            sources[name] = _Source(queue, long_run, "long_run", cross_limit, within_nominal=True)
     return sources, accept is reclaimable
 
 
@@ -126,14 +129,31 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
     if r.mig_profile is not None or r.gpu_milli is not None:
         return True
     free = sum(st.cap.pools[p.name].free_gpus() for p in option.pools) * MILLI_PER_GPU
-    victims = sum(st.victims.milli_where(name, option.flavor, s.accept) for name, s in sources.items())
+    rule = (r.tier.name, r.level, r.starving)
+    victims = sum(st.victims.milli_where(name, option.flavor, s.accept, (s.kind, *rule)) for name, s in sources.items())
     return free + victims >= option.milli * r.required
 
 
+def _spares(r: Resolved, sources: dict[str, _Source], victims: VictimIndex) -> Callable[[RunEntry], bool] | None:
+    """Which otherwise allowed victims of ``r`` are spared one by one (None: none): another queue's run within its
+    nominal core when the policy spares it, and a run of the preemptor's tier that has waited longer than it has
+    (``spare_longer_waiting``, except for reclaim)."""
+    core, priority, queue = victims.core, r.priority, r.queue
+    if not core and all(s.wait_limit is None for s in sources.values()):
+        return None
+
+    def spared(e: RunEntry) -> bool:
+        if core and e.queue is not queue and e.id in core:
+            return True
+        limit = sources[e.queue.name].wait_limit if e.queue is not None else None
+        return limit is not None and e.tier is not None and e.tier.value >= priority and e.waited_s > limit
+
+    return spared
+
+
 def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> Iterator[RunEntry]:
-    """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues;
-    another queue's runs within its nominal core are skipped when the policy spares them, and so are runs of
-    the preemptor's tier that have waited longer than it has (``spare_longer_waiting``, except for reclaim)."""
+    """Allowed victims in victim order (tier, level, lost work, most recent start), merged across queues; runs
+    ``_spares`` names are skipped."""
     ranked = [lst for name, s in sources.items() for lst in st.victims.accepted(name, option.flavor, s.accept)]
     core = st.victims.core
     for _, e in heapq.merge(*ranked, key=lambda pair: pair[0]):
@@ -145,51 +165,53 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict
         yield e
 
 
-def _cheapest_nodes_first(st: CycleState, r: Resolved, option: FlavorOption, ranked: list[RunEntry]) -> list[RunEntry]:
-    """Victims reordered for multi-GPU pods: first those of the nodes that are cheapest to clear for one pod,
-    then the rest in victim order. A node's cost is the worst victim it needs (tier, then level, then with
-    ``victims_least_waited_first`` its queueing delay, as in victim order), then the work lost (with a fixed
-    cost per victim).
+def _cheapest_nodes_first(
+    st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]
+) -> Iterator[RunEntry]:
+    """Victims reordered for multi-GPU pods: first those of the nodes that are cheapest to clear for one pod
+    (``scheduler.clearing``), then the rest in victim order.
 
     In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
-    node is whole, and the victims it spares afterwards are not the cheapest whole nodes.
+    node is whole, and the victims it spares afterwards are not the cheapest whole nodes. The node costs are
+    kept per victim filter for the rest of the cycle and updated where admissions and evictions changed a node.
     """
-    need = r.gpus_per_pod
-    pools = {p.name for p in option.pools}
-    cap, now, victims = st.cap, st.now, st.victims
-    on_node: dict[int, list[RunEntry]] = {}
-    for e in ranked:
-        for node in {slot[0] for slot in e.slots}:
-            if cap.node_pool[node] in pools:
-                on_node.setdefault(node, []).append(e)
-    by_wait = st.index.policy.scheduling.preemption.victims_least_waited_first
-    costed: list[tuple[tuple[int, int, float], float, int, list[RunEntry]]] = []
-    for node, entries in on_node.items():
-        free = len(cap.free[node])
-        if free >= need:
-            continue
-        worst: tuple[int, int, float] = (-(2**31), 0, 0.0)
-        cost = 0.0
-        taken: list[RunEntry] = []
-        for e in entries:
-            free += sum(len(gpus) for n, gpus, _ in e.slots if n == node)
-            tier, neg_level, waited, lost, *_ = victim_rank(e, now, victims.level(e), by_wait)
-            worst = max(worst, (tier, neg_level, waited))
-            cost += e.gpus * (lost + _VICTIM_COST_S)
-            taken.append(e)
-            if free >= need:
-                costed.append((worst, cost, node, taken))
-                break
-    costed.sort(key=lambda item: item[:3])
-    first: dict[str, RunEntry] = {}
-    for *_, taken in costed:
-        for e in taken:
-            first.setdefault(e.id, e)
-    return [*first.values(), *(e for e in ranked if e.id not in first)]
-
-
-_VICTIM_COST_S = 900.0
-"""What stopping a victim costs beyond its lost work, in seconds per GPU (restart, requeue)."""
+    victims = st.victims
+    pools = tuple(p.name for p in option.pools)
+    signature = (
+        option.flavor,
+        pools,
+        r.gpus_per_pod,
+        r.queue.name,
+        r.tier.name,
+        r.level,
+        r.starving,
+        tuple((name, s.kind, s.wait_limit) for name, s in sources.items()),
+    )
+    costs = victims.clearing.get(signature)
+    if costs is None:
+        in_pools = set(pools)
+        node_pool = st.cap.node_pool
+        by_node = victims.by_node
+        groups = [
+            flavor == option.flavor and queue in sources and sources[queue].accept(standing)
+            for queue, flavor, standing in victims.groups
+        ]
+        holding: set[int] = set()
+        for group, taken in enumerate(groups):
+            if taken:
+                holding |= victims.group_nodes[group]
+        nodes = [node for node in holding if node in by_node and node_pool[node] in in_pools]
+        costs = ClearingCosts(nodes, r.gpus_per_pod, groups, _spares(r, sources, victims))
+        if st.incremental:
+            victims.clearing[signature] = costs
+    costs.refresh(st.cap, victims)
+    first: set[str] = set()
+    for e in costs.first():
+        first.add(e.id)
+        yield e
+    for e in _candidates(st, r, option, sources):
+        if e.id not in first:
+            yield e
 
 
 def _may_take(st: CycleState, r: Resolved, e: RunEntry, sources: dict[str, _Source]) -> bool:
@@ -230,9 +252,11 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
         mark = st.cap.mark()
         removed: list[RunEntry] = []
         fits = False
-        candidates: Iterable[RunEntry] = _candidates(st, r, option, sources)
+        candidates: Iterable[RunEntry]
         if r.gpus_per_pod > 1:
-            candidates = _cheapest_nodes_first(st, r, option, list(candidates))
+            candidates = _cheapest_nodes_first(st, r, option, sources)
+        else:
+            candidates = _candidates(st, r, option, sources)
         for e in candidates:
             if not _may_take(st, r, e, sources):
                 continue

@@ -65,6 +65,10 @@ _TEMPLATES: dict[ReasonCode, str] = {
         "it fits now, but would still be running at t={reserved_start:.0f}s on GPUs reserved for {reserved_for}"
     ),
     ReasonCode.BLOCKED_BY_QUEUE_HEAD: "strict FIFO: {head} is ahead of it and waits for the same pools",
+    ReasonCode.PREEMPTION_DEFERRED: (
+        "it needs preemption ({blocked_by}), and queue {queue} has had its {searches_per_queue} preemption "
+        "search(es) this cycle: it is searched again next cycle"
+    ),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
@@ -17,6 +17,9 @@ from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_l
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
+
+if TYPE_CHECKING:
+    from gpuplane.scheduler.clearing import ClearingCosts
 
 
 @dataclass(slots=True, eq=False)
@@ -102,8 +105,12 @@ class CycleState:
         *,
         remember_resolved: bool = True,
         load: LoadSignals | None = None,
+        incremental: bool = True,
     ) -> None:
         self.index = index
+        self.incremental = incremental
+        """Keep what a cycle learned for its later steps and cycles, updated by the events that change it (the
+        default); off, every step works from scratch, as the reference the incremental cycle is tested against."""
         self.now = now
         self.guard_s = index.guard_s(load or LoadSignals())
         """The starvation guard of the current cycle (``PolicyIndex.guard_s``; None: no guard)."""
@@ -188,6 +195,8 @@ class CycleState:
         """Record work admitted in this cycle (never a victim before the next cycle)."""
         self.running[entry.id] = entry
         self._admitted.append(entry)
+        if self._victims is not None:
+            self._victims.touch(entry.slots)
         self._resolved.pop(entry.id, None)
 
     def finish(self, workload_id: str) -> None:
@@ -223,6 +232,7 @@ class CycleState:
                 self.index.policy.scheduling.preemption.victims_least_waited_first,
                 self.index.policy.scheduling.preemption.spare_after_preemptions,
             )
+            self._victims.incremental = self.incremental
         return self._victims
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
@@ -362,6 +372,8 @@ class CycleState:
 
 
 VictimRank = tuple[int, int, float, float, float, str]
+NodeVictim = tuple[VictimRank, RunEntry, int, int]
+"""A victim on one node: its rank, the entry, the GPUs it holds on the node, its group (``VictimIndex.groups``)."""
 
 
 def victim_rank(entry: RunEntry, now: float, level: int = 0, by_wait: bool = False) -> VictimRank:
@@ -433,7 +445,10 @@ class VictimIndex:
         by_wait: bool = False,
         spare_after_preemptions: int | None = None,
     ) -> None:
-        self.ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
+        self.members: dict[tuple[str, str], dict[Standing, list[RunEntry]]] = {}
+        """Indexed work per (queue, flavor) and standing, unordered; ranked on first use (``ranked``)."""
+        self._ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
+        self._now, self._by_wait = now, by_wait
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
         self.levels: dict[str, int] = {}
         self.core = core
@@ -446,6 +461,18 @@ class VictimIndex:
         ``preemption.spare_after_preemptions`` times before: spared like promoted runs."""
         self.reclaim_young: set[str] = set()
         """Ids of runs within the reclaim minimum runtime of their start: spared reclaim."""
+        self.groups: list[tuple[str, str, Standing]] = []
+        """Every (queue, flavor, standing) of indexed work; a victim filter accepts or refuses whole groups."""
+        self.group_nodes: list[set[int]] = []
+        """The nodes each group's work runs on (with ``groups``, built with ``by_node``)."""
+        self._by_node: dict[int, list[NodeVictim]] | None = None
+        self.touched: list[int] = []
+        """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
+        the clearing costs of ``clearing`` are brought up to date from it."""
+        self.clearing: dict[tuple[object, ...], ClearingCosts] = {}
+        self._milli_sums: dict[tuple[str, str, tuple[object, ...]], int] = {}
+        self.incremental = True
+        """Per-node clearing costs per victim filter (``scheduler.clearing``), kept for the rest of the cycle."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
@@ -463,19 +490,56 @@ class VictimIndex:
                 self.reclaim_young.add(e.id)
             key = (e.queue.name, e.flavor)
             standing = self.standing(e, level, promoted)
-            rank = victim_rank(e, now, level, by_wait)
-            self.ranked.setdefault(key, {}).setdefault(standing, []).append((rank, e))
+            self.members.setdefault(key, {}).setdefault(standing, []).append(e)
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
-        for groups in self.ranked.values():
-            for ranked in groups.values():
-                ranked.sort(key=lambda pair: pair[0])
+
+    def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
+        """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked: a cycle
+        whose searches stop at the cheap test (``milli_where``) never ranks anything."""
+        by_standing = self._ranked.get(key)
+        if by_standing is None:
+            now, by_wait, levels = self._now, self._by_wait, self.levels
+            by_standing = {
+                standing: sorted(
+                    ((victim_rank(e, now, levels[e.id], by_wait), e) for e in entries), key=lambda pair: pair[0]
+                )
+                for standing, entries in self.members.get(key, {}).items()
+            }
+            self._ranked[key] = by_standing
+        return by_standing
 
     def accepted(
         self, queue: str, flavor: str, accept: Callable[[Standing], bool]
     ) -> list[list[tuple[VictimRank, RunEntry]]]:
         """The ranked lists of ``queue``'s work on ``flavor`` whose standing ``accept`` takes."""
-        return [ranked for standing, ranked in self.ranked.get((queue, flavor), {}).items() if accept(standing)]
+        return [ranked for standing, ranked in self.ranked((queue, flavor)).items() if accept(standing)]
+
+    @property
+    def by_node(self) -> dict[int, list[NodeVictim]]:
+        """Per node, the indexed work on it in victim order, each with the GPUs it holds there and its group
+        (an index into ``groups``), built when first needed."""
+        if self._by_node is None:
+            by_node: dict[int, list[NodeVictim]] = {}
+            for queue, flavor in self.members:
+                for standing, ranked in self.ranked((queue, flavor)).items():
+                    group = len(self.groups)
+                    self.groups.append((queue, flavor, standing))
+                    nodes: set[int] = set()
+                    self.group_nodes.append(nodes)
+                    for rank, e in ranked:
+                        nodes.update(slot[0] for slot in e.slots)
+                        for node in {slot[0] for slot in e.slots}:
+                            gpus = sum(len(g) for n, g, _ in e.slots if n == node)
+                            by_node.setdefault(node, []).append((rank, e, gpus, group))
+            for entries in by_node.values():
+                entries.sort(key=lambda item: item[0])
+            self._by_node = by_node
+        return self._by_node
+
+    def touch(self, slots: Iterable[PodSlot]) -> None:
+        """The nodes of ``slots`` changed for good (work admitted there, or evicted from there)."""
+        self.touched.extend(slot[0] for slot in slots)
 
     def level(self, entry: RunEntry) -> int:
         """The attained-service level of an indexed entry at the cycle's time."""
@@ -496,6 +560,8 @@ class VictimIndex:
 
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
+        self.touch(entry.slots)
+        self._milli_sums.clear()
         if entry.queue is None or entry.tier is None or not entry.preemptible:
             return
         by_standing = self.milli.get((entry.queue.name, entry.flavor))
@@ -503,7 +569,18 @@ class VictimIndex:
         if by_standing is not None and standing in by_standing:
             by_standing[standing] -= entry.milli
 
-    def milli_where(self, queue: str, flavor: str, accept: Callable[[Standing], bool]) -> int:
-        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` whose standing is accepted."""
+    def milli_where(
+        self, queue: str, flavor: str, accept: Callable[[Standing], bool], rule: tuple[object, ...] | None = None
+    ) -> int:
+        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` whose standing is accepted.
+
+        ``rule`` names ``accept`` exactly (the same rule accepts the same standings): the sum is then remembered
+        until the next eviction, since the searches of one cycle ask it again and again."""
+        if rule is not None and self.incremental:
+            key = (queue, flavor, rule)
+            cached = self._milli_sums.get(key)
+            if cached is None:
+                cached = self._milli_sums[key] = self.milli_where(queue, flavor, accept)
+            return cached
         by_standing = self.milli.get((queue, flavor), {})
         return sum(m for standing, m in by_standing.items() if accept(standing))

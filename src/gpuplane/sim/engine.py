@@ -522,10 +522,13 @@ class Simulation:
         """The cycle's decisions: new wait reasons and preemptions first, then the admitted runs start."""
         self.meters.decisions += result.decision_count
         records = self.jobs.records
+        deferred = False
         for decision in result.decided:
             kind = decision.kind
             if kind is DecisionKind.WAIT:
-                self._waits_for(records[decision.workload_id], decision.reason.code.value, now)
+                code = decision.reason.code
+                deferred = deferred or code is ReasonCode.PREEMPTION_DEFERRED
+                self._waits_for(records[decision.workload_id], code.value, now)
             elif kind is DecisionKind.PREEMPT:
                 self._preempt(records[decision.workload_id], now, decision.reason.code.value)
         if result.blocked_tail:
@@ -537,6 +540,8 @@ class Simulation:
                 record = records[decision.workload_id]
                 self._start(record, decision.placement, now)
                 self.accounts.admitted(record, decision, now)
+        if deferred:  # preemption searches bounded this cycle (searches_per_queue): search again next cycle
+            self._queue_cycle(now)
 
     def _waits_for(self, record: JobRecord, code: str, now: float) -> None:
         """A cycle left the job waiting for ``code``: from now on its waiting counts there."""
