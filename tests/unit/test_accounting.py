@@ -126,3 +126,16 @@ def test_unit_costs_spread_the_cost_over_requests_and_tokens_and_are_undefined_w
     costs = unit_costs(12.0, 3000, 4_000_000)
     assert costs.per_1k_requests == 4.0 and costs.per_million_tokens == 3.0
     assert unit_costs(12.0, 0, None).to_dict() == {"cost_per_1k_requests": None, "cost_per_million_tokens": None}
+
+
+def test_the_chargeback_names_live_periods_by_their_utc_date_without_a_time_library():
+    import datetime
+    import random
+
+    from gpuplane.accounting.chargeback import utc_date
+
+    rng = random.Random(7)
+    moments = [0.0, -1.0, 951_782_400.0, 1_709_164_800.0, 4_102_444_800.0]
+    moments += [rng.uniform(-2e9, 5e9) for _ in range(2_000)]
+    for t in moments:
+        assert utc_date(t) == datetime.datetime.fromtimestamp(t, datetime.UTC).date().isoformat(), t

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from gpuplane.accounting.ledger import DAY_S, PeriodUsage
 from gpuplane.accounting.usage import Usage
@@ -35,9 +34,24 @@ class ChargebackRow:
         if self.period == "all":
             return "all"
         if self.dated:
-            date = datetime.fromtimestamp(self.start, tz=UTC).date().isoformat()
+            date = utc_date(self.start)
             return f"day {date}" if self.period == "day" else f"{self.period} of {date}"
         return f"{self.period} {self.index + 1}"
+
+
+def utc_date(epoch_s: float) -> str:
+    """The UTC calendar date (``YYYY-MM-DD``) of an epoch time, by arithmetic on the day count (proleptic
+    Gregorian calendar; Hinnant's days-to-civil), so the core needs no clock or time library."""
+    z = math.floor(epoch_s / DAY_S) + 719_468
+    era = (z if z >= 0 else z - 146_096) // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (1 if month <= 2 else 0)
+    return f"{year:04d}-{month:02d}-{day:02d}"
 
 
 def chargeback(
