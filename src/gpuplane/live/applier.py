@@ -43,7 +43,7 @@ from gpuplane.live.intents import (
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock
 from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord
-from gpuplane.live.run_costs import charge_run, run_figures
+from gpuplane.live.run_costs import charge_run
 from gpuplane.live.store import Store
 from gpuplane.model.workload import Workload
 
@@ -400,8 +400,7 @@ class Batch:
 
     def _account(self, job: JobRecord, now: float, lost: bool) -> dict[str, float | str]:
         """Charge the run ending at ``now`` to the job; returns the run as event figures (empty if none)."""
-        run = run_figures(job, now, self._a._prices, lost)
-        charge_run(job, now, self._a._prices, lost)
+        run = charge_run(job, now, self._a._prices, lost)
         if job.start_time is not None and job.placement is not None:
             job.attained_gpu_s += gpus_held(job) * max(0.0, now - job.start_time)
             job.start_time = None

@@ -22,41 +22,32 @@ def _lost_s(job: JobRecord, now: float) -> float:
     return max(0.0, now - since)
 
 
-def run_figures(job: JobRecord, now: float, prices: Mapping[str, PoolPrice], lost: bool) -> dict[str, float | str]:
-    """The run ending at ``now`` as flat event figures (empty when the job was not running): its pool, GPUs,
-    start and end on the plane's clock, the seconds of work it lost, and the pool's GPU-hour price and capacity
-    type at the time, so a chargeback from the event log needs no policy file and keeps the price the run paid
-    (``gpuplane report costs --from events.jsonl``)."""
+def charge_run(job: JobRecord, now: float, prices: Mapping[str, PoolPrice], lost: bool) -> dict[str, float | str]:
+    """Add the run ending at ``now`` to ``job.usage`` and return the run as flat event figures (empty when the
+    job was not running): its pool, GPUs, start and end on the plane's clock, the seconds of work it lost, and
+    the pool's GPU-hour price and capacity type at the time, so a chargeback from the event log needs no policy
+    file and keeps the price the run paid (``gpuplane report costs --from events.jsonl``).
+
+    ``lost``: the platform stopped the run before its end, so the work after its last checkpoint (all of it
+    without one) is lost. A pool missing from ``prices`` is charged nothing, never guessed.
+    """
     if job.start_time is None or job.placement is None:
         return {}
-    pool = str(job.placement.pool)
-    price = prices.get(pool)
+    held_s = max(0.0, now - job.start_time)
+    gpus = gpus_held(job)
     lost_s = _lost_s(job, now) if lost else 0.0
+    pool = job.placement.pool
+    price = prices.get(pool)
+    run = charge(price, gpus * held_s, gpus * lost_s) if price else Usage(gpu_s=gpus * held_s)
+    total = Usage.from_dict(job.usage) if job.usage else Usage()
+    total.add(run)
+    job.usage = total.to_dict()
     return {
         "run_pool": pool,
-        "run_gpus": gpus_held(job),
+        "run_gpus": gpus,
         "run_start": job.start_time,
         "run_end": now,
         "run_lost_s": lost_s,
         "run_gpu_hour_price": price.gpu_hour if price else 0.0,
         "run_capacity": price.capacity if price else "on-demand",
     }
-
-
-def charge_run(job: JobRecord, now: float, prices: Mapping[str, PoolPrice], lost: bool) -> Usage | None:
-    """Add the run ending at ``now`` to ``job.usage`` and return it (None when the job was not running).
-
-    ``lost``: the platform stopped the run before its end, so the work after its last checkpoint (all of it
-    without one) is lost. A pool missing from ``prices`` is charged nothing, never guessed.
-    """
-    if job.start_time is None or job.placement is None:
-        return None
-    held_s = max(0.0, now - job.start_time)
-    gpus = gpus_held(job)
-    lost_s = _lost_s(job, now) if lost else 0.0
-    price = prices.get(job.placement.pool)
-    run = charge(price, gpus * held_s, gpus * lost_s) if price else Usage(gpu_s=gpus * held_s)
-    total = Usage.from_dict(job.usage) if job.usage else Usage()
-    total.add(run)
-    job.usage = total.to_dict()
-    return run

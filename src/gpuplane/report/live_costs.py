@@ -2,7 +2,7 @@
 
 The live plane records each run's end (a finish, a preemption, a lost node) as an event carrying the run's
 pool, GPUs, start and end on the plane's clock (epoch seconds), the work it lost and the GPU-hour price it
-paid (``live/run_costs.run_figures``). The log (``DATA_DIR/events.jsonl``, kept beyond the store's retention)
+paid (``live/run_costs.charge_run``). The log (``DATA_DIR/events.jsonl``, kept beyond the store's retention)
 is read with the same reader as ``gpuplane events``, and the runs are charged through the accounting core's
 ledger exactly as the simulator charges its runs, so both runtimes give the same chargeback for the same runs.
 """
