@@ -125,12 +125,18 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
 
 
 def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> bool:
-    """Whether free GPUs plus every allowed victim could cover ``r`` at all (a cheap necessary test)."""
+    """Whether some allowed victim exists and free GPUs plus every allowed victim could cover ``r`` at all (a
+    cheap necessary test).
+
+    Without a victim the search cannot succeed: ``r`` was just refused without preemption. In a saturated
+    cluster most searches end here, refused by quota while GPUs are free and nothing may be taken."""
+    rule = (r.tier.name, r.level, r.starving)
+    victims = sum(st.victims.milli_where(name, option.flavor, s.accept, (s.kind, *rule)) for name, s in sources.items())
+    if victims == 0:
+        return False
     if r.mig_profile is not None or r.gpu_milli is not None:
         return True
     free = sum(st.cap.pools[p.name].free_gpus() for p in option.pools) * MILLI_PER_GPU
-    rule = (r.tier.name, r.level, r.starving)
-    victims = sum(st.victims.milli_where(name, option.flavor, s.accept, (s.kind, *rule)) for name, s in sources.items())
     return free + victims >= option.milli * r.required
 
 
