@@ -356,12 +356,14 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
         trace = read_serving_trace(args.trace)
     if args.days:
         trace = trace.head_days(args.days)
+    trace = trace.rate_multiplied(args.rate_multiplier)
     gaps = trace.gap_windows
     if gaps and args.gaps == "interpolate":
         trace = trace.fill_gaps()
     model = _serving_model(policy, args)
     console.print(
         f"trace {args.trace}: {format_duration(trace.duration_s)}"
+        + (f", rate x{trace.rate_multiplier} (superposed shifted copies)" if trace.rate_multiplier > 1 else "")
         + (f", {trace.skipped} rows skipped" if trace.skipped else "")
         + (
             f", {gaps} gap windows ({'interpolated' if args.gaps == 'interpolate' else 'replayed as no traffic'})"
@@ -697,6 +699,13 @@ def _add_simulate_serving(sub: argparse._SubParsersAction[Parser]) -> None:
     )
     serving.add_argument("--replica-startup-s", type=float, help="override the service's replica_startup_s")
     serving.add_argument("--days", type=float, help="only the first N days of the trace")
+    serving.add_argument(
+        "--rate-multiplier",
+        type=number(1, whole=True),
+        default=1,
+        help="azure/mooncake: replay K times the request rate, K copies of the requests shifted by 1/K of the "
+        "window each (default 1: as recorded)",
+    )
     serving.add_argument("--seed", type=int, default=0, help="seed of the arrival process (default 0)")
     serving.add_argument(
         "--gaps",

@@ -128,6 +128,7 @@ class ServingComparison:
         return {
             "trace": {
                 "source": self.trace.source,
+                "rate_multiplier": self.trace.rate_multiplier,
                 "seconds": int(self.counts.size),
                 "requests": int(self.counts.sum()),
                 "mean_rps": float(self.counts.mean()) if self.counts.size else 0.0,

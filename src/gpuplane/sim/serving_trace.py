@@ -3,7 +3,8 @@ inference 2023 and Mooncake (FAST'25) (one row per request, with token counts).
 
 A trace becomes per-second request counts: ServeGen's window rates are interpolated per second and
 drawn as a seeded Poisson process; Azure's requests are counted in the second they arrived, and keep
-their own token counts.
+their own token counts. A per-request trace can be replayed at a whole multiple of its rate by superposing
+shifted copies of itself (``ServingTrace.rate_multiplied``).
 """
 
 from __future__ import annotations
@@ -42,13 +43,61 @@ class ServingTrace:
     """Where ``context_tokens``/``generated_tokens`` come from: ``requests`` (each request's own, Azure and
     Mooncake), ``servegen-dataset`` (a sample from the category's chunk-*-dataset.json files), or empty
     (none: the simulator falls back to lengths fitted to the Azure 2023 conversation trace)."""
+    rate_multiplier: int = 1
+    """How many superposed copies of the recorded requests the trace holds (``rate_multiplied``)."""
+    span_s: float = 0.0
+    """Length of a per-request trace's window when fixed (a superposed trace keeps its original window even
+    when its own last arrival falls earlier); 0: one second past the last arrival."""
 
     @property
     def duration_s(self) -> float:
         """Length of the trace in seconds."""
         if self.rates.size:
             return float(self.rates.size * self.window_s)
+        if self.span_s:
+            return self.span_s
         return float(self.request_s.max() + 1) if self.request_s.size else 0.0
+
+    def rate_multiplied(self, k: int) -> ServingTrace:
+        """The trace at ``k`` times its request rate: ``k`` copies of the recorded requests, copy ``i``
+        shifted by ``i`` k-ths of the window and wrapped around inside it, merged in time order.
+
+        Each request keeps its own token counts and the window stays the trace's own (its whole seconds, the
+        seconds the simulator replays), deterministically (no random draw): a service whose recorded traffic
+        needs two replicas can be replayed with the same request mix at a fleet size where queueing and
+        sizing decisions matter. The copies' bursts fall at different times, so the load is smoother than k
+        times the recorded one: as k grows it tends to k times the window's mean rate (32 copies of the
+        Azure conversation hour: peak minute 1.01x the mean, against 1.53x recorded). k=1 returns the trace
+        unchanged. A rate trace (ServeGen's rates per window) is refused: its arrivals are drawn, not
+        recorded.
+        """
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise TraceError(
+                f"--rate-multiplier {k!r}: expected an integer number of superposed copies, at least 1. "
+                "Fix: pass an integer such as 1 (the recorded rate), 8 or 32"
+            )
+        if k == 1:
+            return self
+        if self.rates.size:
+            raise TraceError(
+                f"--rate-multiplier {k}: {self.source} is a rate trace (requests per window, drawn at replay), "
+                "superposition needs recorded requests. Fix: use it with an azure or mooncake trace, or drop it"
+            )
+        k = int(k)
+        if not self.request_s.size:
+            return dataclasses.replace(self, rate_multiplier=self.rate_multiplier * k)
+        window = float(int(self.duration_s))
+        shifts = np.repeat(np.arange(k) * window / k, self.request_s.size)
+        arrivals = np.mod(np.tile(self.request_s.astype(float), k) + shifts, window)
+        order = np.argsort(arrivals, kind="stable")
+        return dataclasses.replace(
+            self,
+            request_s=arrivals[order],
+            context_tokens=np.tile(self.context_tokens, k)[order],
+            generated_tokens=np.tile(self.generated_tokens, k)[order],
+            rate_multiplier=self.rate_multiplier * k,
+            span_s=self.duration_s,
+        )
 
     @property
     def gap_windows(self) -> int:
@@ -85,6 +134,7 @@ class ServingTrace:
         mask = self.request_s < limit
         return dataclasses.replace(
             self,
+            span_s=min(self.span_s, float(math.ceil(limit))) if self.span_s else 0.0,
             request_s=self.request_s[mask],
             context_tokens=self.context_tokens[mask],
             generated_tokens=self.generated_tokens[mask],
