@@ -14,6 +14,7 @@ from rich.table import Table
 
 from gpuplane.cli_args import Parser
 from gpuplane.replay.decisions import Comparison, Step
+from gpuplane.replay.node_decisions import TIME_TOLERANCE_S, NodeComparison
 from gpuplane.replay.script import ReplayScript
 from gpuplane.replay.service_load import ReplicaAgreement
 
@@ -46,15 +47,19 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         None if live is None else live.trail.waits,
     )
     agreements = replica_agreements(script, None if live is None else live.samples)
+    nodes = NodeComparison(simulated.nodes, None if live is None else live.trail.nodes)
     if comparison.simulated or comparison.live:
         console.print(decisions_table(comparison, str(args.script)))
         _print_verdict(comparison, console)
     if agreements:
         console.print(replicas_table(agreements))
+    if nodes.simulated or nodes.live:
+        console.print(nodes_table(nodes))
+        _print_node_verdict(nodes, console)
     if args.json:
-        document = {**comparison.to_dict(), "services": [a.to_dict() for a in agreements]}
+        document = {**comparison.to_dict(), "services": [a.to_dict() for a in agreements], "nodes": nodes.to_dict()}
         Path(args.json).write_text(json.dumps(document, indent=2))
-    differs = not comparison.identical or any(a.agrees is False for a in agreements)
+    differs = not comparison.identical or any(a.agrees is False for a in agreements) or nodes.agrees is False
     return EXIT_DIFFERENT if live is not None and differs else 0
 
 
@@ -97,6 +102,42 @@ def replicas_table(agreements: list[ReplicaAgreement]) -> Table:
             verdict,
         )
     return table
+
+
+def nodes_table(nodes: NodeComparison) -> Table:
+    """The node autoscaler's changes, one row per change: the simulator's time, and with a live replay the live
+    plane's, their difference and whether it is within the tolerance (the node is named once when both agree)."""
+    title = f"node decisions (tolerance: same changes per pool on the same nodes, times within {TIME_TOLERANCE_S:g} s)"
+    table = Table(title=title)
+    live = nodes.live is not None
+    columns = ["pool", "change", "node", "simulator t (s)"] + (["live t (s)", "Δt (s)", ""] if live else [])
+    for column in columns:
+        table.add_column(column, justify="right" if "(s)" in column else "left", no_wrap=column == "node")
+    for pair in nodes.pairs:
+        sim, other = pair.simulated, pair.live
+        named = sorted({s.node for s in (sim, other) if s is not None})
+        row = [pair.pool, pair.change, " ≠ ".join(named), "—" if sim is None else f"{sim.time:g}"]
+        if live:
+            difference = pair.time_difference
+            row += [
+                "—" if other is None else f"{other.time:g}",
+                "—" if difference is None else f"{difference:+g}",
+                "[green]agree[/green]" if pair.agrees else "[red]differ[/red]",
+            ]
+        table.add_row(*row)
+    return table
+
+
+def _print_node_verdict(nodes: NodeComparison, console: Console) -> None:
+    if nodes.agrees is None:
+        return
+    largest = nodes.largest_time_difference
+    gap = "" if largest is None else f", largest time difference {largest:g} s"
+    if nodes.agrees:
+        console.print(f"[green]node decisions agree[/green] within the tolerance: {len(nodes.pairs)} changes{gap}")
+    else:
+        wrong = sum(1 for p in nodes.pairs if not p.agrees)
+        console.print(f"[red]node decisions differ[/red]: {wrong} of {len(nodes.pairs)} changes{gap}")
 
 
 def decisions_table(comparison: Comparison, title: str) -> Table:

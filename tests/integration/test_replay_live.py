@@ -6,16 +6,25 @@ decisions must be identical: every admission with its reason code and placement 
 every preemption with its reason code, every stop by a lost node, every finish with its outcome, in the same
 order at the same times, and each job's wait reasons in the same order (their times may differ: see
 ``replay/decisions.py``).
+
+Node autoscaling (``examples/replay/node-scaling.yaml``) is compared within the tolerance of
+``replay/node_decisions.py``: per pool the same nodes ordered, joined and removed, each at a time within one node
+tick (2 s) plus 2 s of the simulator's; a join may come up to one node tick late on the live plane, whose node
+autoscaler records it at its first tick after the node's startup. The scripts share one Ray cluster (the
+module's): each replay adds its initial nodes and removes every node it added when it ends.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.replay.decisions import Comparison
 from gpuplane.replay.live_replay import replay_live
+from gpuplane.replay.node_decisions import TIME_TOLERANCE_S, NodeComparison
 from gpuplane.replay.script import load_script
 from gpuplane.replay.sim_replay import simulate_script
 
@@ -24,10 +33,26 @@ pytestmark = pytest.mark.live
 EXAMPLE = Path(__file__).parents[2] / "examples" / "replay" / "preemption.yaml"
 
 
-def test_the_live_plane_makes_the_simulators_decisions_on_the_example_script() -> None:
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalRayCluster]:
+    """One local Ray cluster for every replay of the module (connected; each replay brings its own nodes)."""
+    import ray
+
+    from gpuplane.live.ray_engine import NAMESPACE
+
+    started = LocalRayCluster()
+    ray.init(address=started.address, namespace=NAMESPACE, log_to_driver=False)
+    try:
+        yield started
+    finally:
+        ray.shutdown()
+        started.shutdown()
+
+
+def test_the_live_plane_makes_the_simulators_decisions_on_the_example_script(cluster: LocalRayCluster) -> None:
     script = load_script(EXAMPLE)
     simulated = simulate_script(script)
-    live = replay_live(script).trail
+    live = replay_live(script, cluster=cluster).trail
     comparison = Comparison(simulated.ordered(), live.ordered(), simulated.waits, live.waits)
     rows = [f"{a.key()} | {b.key()}" for a, b in zip(comparison.simulated, comparison.live or [], strict=False)]
     assert comparison.first_difference is None, "\n".join(rows)
@@ -36,12 +61,14 @@ def test_the_live_plane_makes_the_simulators_decisions_on_the_example_script() -
     assert kinds == {"admit", "preempt", "stop", "finish"}, "the example exercises every kind of step"
 
 
-def test_replica_counts_under_a_services_load_agree_within_the_tolerance_and_jobs_decide_alike() -> None:
+def test_replica_counts_under_a_services_load_agree_within_the_tolerance_and_jobs_decide_alike(
+    cluster: LocalRayCluster,
+) -> None:
     from gpuplane.replay.service_load import measured_startup, simulate_load, timeline_of
 
     script = load_script(EXAMPLE.parent / "service-load.yaml")
     simulated = simulate_script(script)
-    result = replay_live(script)
+    result = replay_live(script, cluster=cluster)
     comparison = Comparison(simulated.ordered(), result.trail.ordered(), simulated.waits, result.trail.waits)
     assert comparison.identical, comparison.to_dict()
     (stretch,) = script.loads()
@@ -53,3 +80,24 @@ def test_replica_counts_under_a_services_load_agree_within_the_tolerance_and_job
     assert sim.peak >= 3, "the load scales the service: the comparison is not of two idle fleets"
     assert abs(live.peak - sim.peak) <= 1
     assert abs(live.replica_s - sim.replica_s) <= 0.3 * sim.replica_s
+
+
+def test_node_autoscaling_decisions_agree_within_the_tolerance_and_jobs_decide_alike(cluster: LocalRayCluster) -> None:
+    script = load_script(EXAMPLE.parent / "node-scaling.yaml")
+    simulated = simulate_script(script)
+    live = replay_live(script, cluster=cluster).trail
+    comparison = Comparison(simulated.ordered(), live.ordered(), simulated.waits, live.waits)
+    assert comparison.identical, comparison.to_dict()
+    nodes = NodeComparison(simulated.nodes, live.nodes)
+    rows = [f"{p.pool} {p.change}: {p.simulated} | {p.live}" for p in nodes.pairs if not p.agrees]
+    print(f"\nnode changes {len(nodes.pairs)}, largest time difference {nodes.largest_time_difference} s")
+    assert nodes.agrees, "\n".join(rows)
+    assert {s.change for s in simulated.nodes} == {"order", "join", "remove"}, "the example orders, boots, removes"
+    assert all(abs(d) <= TIME_TOLERANCE_S for p in nodes.pairs if (d := p.time_difference) is not None)
+    admitted_on_new = [s for s in comparison.live or [] if s.kind == "admit" and "train-0001" in s.detail]
+    assert admitted_on_new, "work is admitted onto an ordered node"
+    join = min(s.time for s in live.nodes if s.change == "join")
+    order = min(s.time for s in live.nodes if s.change == "order")
+    startup = script.policy.pools[0].startup_seconds
+    assert min(s.time for s in admitted_on_new) >= order + startup, "no work on a node before its startup has passed"
+    assert join >= order + startup

@@ -9,6 +9,7 @@ import pytest
 
 from gpuplane.cli import main
 from gpuplane.replay.decisions import Comparison, Step, Trail
+from gpuplane.replay.node_decisions import TIME_TOLERANCE_S, NodeComparison, NodeStep
 from gpuplane.replay.script import ScriptError, load_script
 from gpuplane.replay.sim_replay import simulate_script
 
@@ -166,3 +167,48 @@ def test_a_json_script_replays_like_its_yaml(tmp_path: Path) -> None:
     (tmp_path / "script.json").write_text(json.dumps(document))
     from_json = simulate_script(load_script(tmp_path / "script.json"))
     assert from_json.ordered() == simulate_script(load_script(EXAMPLES / "preemption.yaml")).ordered()
+
+
+def test_the_simulator_orders_boots_and_removes_nodes_for_the_node_scaling_example() -> None:
+    script = load_script(EXAMPLES / "node-scaling.yaml")
+    trail = simulate_script(script)
+    startup = script.policy.pools[0].startup_seconds
+    after = script.policy.pools[0].scale_down.after_s
+    changes = [(s.time, s.change, s.node) for s in trail.nodes]
+    ordered = {node: t for t, change, node in changes if change == "order"}
+    joined = {node: t for t, change, node in changes if change == "join"}
+    removed = {node: t for t, change, node in changes if change == "remove"}
+    assert set(ordered) == set(joined) == set(removed) == {"train-0001", "train-0002"}
+    assert all(joined[n] == ordered[n] + startup for n in ordered), "a node serves after its pool's startup"
+    assert all(t % 2.0 == 0 for t in [*ordered.values(), *removed.values()]), "decided at the 2 s node ticks"
+    admitted = {s.job: s for s in trail.ordered() if s.kind == "admit"}
+    assert admitted["single-b"].time == joined["train-0001"] and admitted["single-b"].detail == "train-0001:0,1,2,3"
+    ends = {s.job: s.time for s in trail.steps if s.kind == "finish"}
+    for node, at in removed.items():
+        emptied = max(ends[job] for job, step in admitted.items() if node in step.detail)
+        assert emptied + after <= at <= emptied + after + 2.0, "removed once empty for scale_down.after_s"
+    assert simulate_script(script).nodes == trail.nodes, "deterministic"
+
+
+def test_a_fixed_cluster_script_makes_no_node_decisions() -> None:
+    assert simulate_script(load_script(EXAMPLES / "preemption.yaml")).nodes == []
+
+
+def test_node_decisions_agree_within_one_node_tick_plus_the_slack_on_the_same_nodes() -> None:
+    sim = [NodeStep(0.0, "order", "train", "train-0001"), NodeStep(5.0, "join", "train", "train-0001")]
+    assert NodeComparison(sim, [sim[0], NodeStep(6.0, "join", "train", "train-0001")]).agrees
+    assert NodeComparison(sim, [sim[0], NodeStep(5.0 + TIME_TOLERANCE_S, "join", "train", "train-0001")]).agrees
+    late = NodeComparison(sim, [sim[0], NodeStep(5.5 + TIME_TOLERANCE_S, "join", "train", "train-0001")])
+    assert late.agrees is False and late.largest_time_difference == 0.5 + TIME_TOLERANCE_S
+    assert NodeComparison(sim, [sim[0], NodeStep(5.0, "join", "train", "train-0002")]).agrees is False
+    assert NodeComparison(sim, [*sim, NodeStep(9.0, "remove", "train", "train-0001")]).agrees is False
+    assert NodeComparison(sim, sim[:1]).agrees is False
+    assert NodeComparison(sim, None).agrees is None
+
+
+def test_a_script_that_autoscales_nodes_may_not_lose_one(tmp_path: Path) -> None:
+    (tmp_path / "node-policy.yaml").write_text((EXAMPLES / "node-policy.yaml").read_text())
+    path = tmp_path / "script.yaml"
+    path.write_text("policy: node-policy.yaml\nevents:\n  - {at: 0, lose_node: train-0000}\n")
+    with pytest.raises(ScriptError, match=r"events\[0\]\.lose_node: the policy's pools \['train'\] autoscale nodes"):
+        load_script(path)

@@ -1,9 +1,10 @@
 """Live node autoscaling: the core's ``plan_nodes`` as intents, carried out through the ``NodeProvider`` port.
 
 Every node tick the scaler gives ``plan_nodes`` the ready nodes (GPUs held, empty since when), the nodes
-still booting, and the work the last scheduling cycle left waiting for capacity. Added nodes join after the
-pool's ``startup_seconds`` (the provider's own start time counts towards it; a real cloud node takes
-minutes, a local Ray worker about a second, so the rest is waited out); removed nodes are empty ones only.
+still booting, and the work the last scheduling cycle left waiting for capacity. An ordered node joins at the
+first node tick at which the plane lists it alive and the pool's ``startup_seconds`` have passed on the plane's
+clock since the order (the embedded cluster's provider lists it only from then on: its Ray worker is up in
+about a second, a real cloud node in minutes); nothing waits on the wall clock. Removed nodes are empty ones.
 Every decision is an event with its reason and is counted in ``gpuplane_scale_events_total``. The scaler
 changes nothing in the control plane: ``plan`` returns intents (order, remove, cordon, drain, events) that the
 plane's applier carries out, and the applier hands node orders and removals back to it to run in the background.
@@ -15,7 +16,6 @@ once empty.
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from gpuplane.autoscale.nodes import NodeDecision, NodeReasonCode, NodeState, PendingDemand, capacity_demand, plan_nodes
@@ -55,7 +55,10 @@ class LiveNodeScaler:
         self.clock = clock
         self._empty_since: dict[str, float] = {}
         self._below_since: dict[str, float] = {}
-        self._booting: dict[str, str] = {}
+        self._booting: dict[str, NodeRecord] = {}
+        """Nodes ordered and not yet joined (or failed)."""
+        self._in_flight = 0
+        """Node orders and removals the provider is still carrying out in the background."""
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuplane-nodes")
         self._pools = {p.name: p for p in control.policy.pools}
@@ -76,12 +79,13 @@ class LiveNodeScaler:
         """This node tick's intents: drained nodes removed, then ``plan_nodes``' decisions (orders, removals of
         empty nodes, consolidation), each decision also recorded as an event."""
         now = self.clock()
-        intents: list[Intent] = self._release_drained(now)
+        intents: list[Intent] = self._joined(now)
+        intents += self._release_drained(now)
         states = self._node_states(now)
         with self._lock:
             booting: dict[str, int] = {}
-            for pool in self._booting.values():
-                booting[pool] = booting.get(pool, 0) + 1
+            for record in self._booting.values():
+                booting[record.pool] = booting.get(record.pool, 0) + 1
         unavailable = frozenset(pool for pool, until in self._unavailable.items() if until > now)
         plan = plan_nodes(self.control.policy, states, booting, self._demand(), now, unavailable)
         if self.shadow:
@@ -205,6 +209,8 @@ class LiveNodeScaler:
 
     def remove(self, name: str) -> None:
         """Stop node ``name`` in the background; the applier hears back with ``NodeGone``."""
+        with self._lock:
+            self._in_flight += 1
         self._pool.submit(self._remove, name)
 
     def _remove(self, name: str) -> None:
@@ -213,6 +219,8 @@ class LiveNodeScaler:
         finally:
             self.control.apply([NodeGone(name)])
             self._removing.discard(name)
+            with self._lock:
+                self._in_flight -= 1
 
     def _demand(self) -> list[PendingDemand]:
         result = self.control.last_result
@@ -237,31 +245,49 @@ class LiveNodeScaler:
         return OrderNode(record, tuple(decision.details.get("for", [])), note)
 
     def order(self, record: NodeRecord) -> None:
-        """Add ``record``'s node in the background; the applier hears back with ``NodeJoined``."""
+        """Have the provider add ``record``'s node in the background; ``plan`` reports it joined once the plane
+        lists it after the pool's startup time (the applier hears of a failed order at once)."""
         with self._lock:
-            self._booting[record.name] = record.pool
+            self._booting[record.name] = record
+            self._in_flight += 1
         self._pool.submit(self._boot, record)
 
+    def busy(self) -> bool:
+        """Whether the provider is still carrying out a node order or removal in the background."""
+        with self._lock:
+            return self._in_flight > 0
+
     def _boot(self, record: NodeRecord) -> None:
-        startup = self._pools[record.pool].startup_seconds
-        started = time.monotonic()
         try:
             self.provider.add_node(record.pool, record.name)
         except Exception as exc:
             record.state = "failed"
             record.reason = {**record.reason, "error": str(exc)[:300], "retry_after_s": FAILED_POOL_BACKOFF_S}
             self._unavailable[record.pool] = self.clock() + FAILED_POOL_BACKOFF_S
-        else:
-            remaining = startup - (time.monotonic() - started)
-            if remaining > 0:
-                time.sleep(remaining)
-            record.state = "ready"
-            record.ready_time = self.clock()
-            self.metrics.node_startup.labels(record.pool).observe(record.ready_time - record.requested_time)
+            with self._lock:
+                self._booting.pop(record.name, None)
+            self.control.apply([NodeJoined(record)])
+            self.control.wake.set()
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _joined(self, now: float) -> list[Intent]:
+        """The booting nodes the plane now lists alive, their pool's startup time past on the plane's clock:
+        each joins (ready from ``now``)."""
+        listed = {n["name"] for n in self.control.node_view() if n["alive"]}
+        intents: list[Intent] = []
         with self._lock:
-            self._booting.pop(record.name, None)
-        self.control.apply([NodeJoined(record)])
-        self.control.wake.set()
+            for name, record in list(self._booting.items()):
+                startup = self._pools[record.pool].startup_seconds
+                if name not in listed or now < record.requested_time + startup:
+                    continue
+                del self._booting[name]
+                record.state = "ready"
+                record.ready_time = now
+                self.metrics.node_startup.labels(record.pool).observe(now - record.requested_time)
+                intents.append(NodeJoined(record))
+        return intents
 
     def _release(self, pool: str, name: str, code: NodeReasonCode, now: float) -> list[Intent]:
         if self.control.jobs_on(name):

@@ -93,7 +93,8 @@ class NodeProvider(Protocol):
         """Whether nodes can be added and removed."""
 
     def add_node(self, pool: str, name: str) -> None:
-        """Start node ``name`` of ``pool`` (returns when it has joined)."""
+        """Start node ``name`` of ``pool`` (returns when its machine has joined; a provider that models the pool's
+        boot lists the node only once it is ready, as ``providers.LocalNodeProvider`` does)."""
 
     def remove_node(self, name: str) -> None:
         """Stop node ``name``."""

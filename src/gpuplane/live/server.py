@@ -116,11 +116,11 @@ class LivePlane:
         else:
             self.cluster = LocalRayCluster()
             ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
-            provider = LocalNodeProvider(self.cluster, policy)
+            provider = LocalNodeProvider(self.cluster, policy, time.time)
             initial = [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
             log.info("starting %d nodes: %s", len(initial), ", ".join(name for _, name in initial))
             for pool_name, node_name in initial:
-                provider.add_node(pool_name, node_name)
+                provider.add_initial_node(pool_name, node_name)
         self.provider = provider
         self.metrics = Metrics(policy, "gpuplane_shadow" if options.shadow else "gpuplane")
         self.engine = RayEngine(options.data_dir)

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gpuplane.replay.node_decisions import NodeStep
+
 StepKind = Literal["finish", "stop", "preempt", "admit"]
 _ORDER: Mapping[str, int] = {"finish": 0, "stop": 1, "preempt": 2, "admit": 2}
 
@@ -45,9 +47,11 @@ class Step:
 
 @dataclass(slots=True)
 class Trail:
-    """A runtime's replay: its steps and, per job, the reason each of its waits ended with."""
+    """A runtime's replay: its steps, its node changes and, per job, the reason each of its waits ended with."""
 
     steps: list[Step] = field(default_factory=list)
+    nodes: list[NodeStep] = field(default_factory=list)
+    """The node autoscaler's changes (``replay.node_decisions``), when the policy autoscales nodes."""
     _ended: dict[str, list[str | None]] = field(default_factory=dict)
     _waiting: dict[str, str] = field(default_factory=dict)
 

@@ -17,6 +17,12 @@ runs the clock follows the wall clock (from the first load's start to the last o
 the gateway at their times, and the plane and the services tick every ``TICK_S``; a job instant that falls
 in that time is still handled on the held clock at its exact time (``replay.service_load`` states the
 tolerance of the replica counts).
+
+When the policy autoscales a pool, a ``LiveNodeScaler`` ticks at every ``NODE_TICK_S`` of the replay's clock
+while a scripted job is unfinished (as the simulator's). The ``LocalNodeProvider`` reads the replay's clock:
+an ordered node's Ray worker starts at once (the clock is held until it is up) and the node is listed once the
+pool's ``startup_seconds`` have passed on that clock, which is an instant of its own; the scaler records the
+join at its next tick (``replay.node_decisions`` states the tolerance).
 """
 
 from __future__ import annotations
@@ -40,17 +46,23 @@ from gpuplane.live.ports import RunPhase
 from gpuplane.live.records import EventRecord, JobRecord, JobState
 from gpuplane.live.store import Store
 from gpuplane.replay.decisions import Step, Trail, placement_text
+from gpuplane.replay.node_decisions import NODE_TICK_S, NodeStep
 from gpuplane.replay.script import LoadStretch, ReplayScript, ScriptEvent, Submission, initial_nodes
 from gpuplane.replay.waiter import marker
 from gpuplane.scheduler.index import PolicyIndex
+from gpuplane.sim.node_scaling import NodeChange
 from gpuplane.sim.pool_table import PoolTable
 from gpuplane.sim.trace import TraceJob
 
 if TYPE_CHECKING:
+    from gpuplane.live.node_scaling import LiveNodeScaler
+    from gpuplane.live.ray_cluster import LocalRayCluster
     from gpuplane.live.services import ServiceManager
 
 SETTLE_TIMEOUT_S = 120.0
 _BUSY = (JobState.ADMITTED, JobState.PREEMPTING, JobState.CANCELLING)
+_NODE_CHANGES: dict[str, NodeChange] = {"ordered": "order", "ready": "join", "removed": "remove"}
+"""The live plane's node events (their reason) as the replay's node changes."""
 
 
 TICK_S = 0.2
@@ -95,10 +107,18 @@ class ReplayClock:
 
 
 class LiveReplay:
-    """One script on one fresh local Ray cluster (a context manager: the cluster is stopped on exit)."""
+    """One script on one local Ray cluster (a context manager): a fresh one, stopped on exit; or ``cluster``, one
+    the caller started and connected to, given back on exit without the nodes the replay added (tests replay
+    several scripts on one)."""
 
-    def __init__(self, script: ReplayScript, on_step: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        script: ReplayScript,
+        on_step: Callable[[str], None] | None = None,
+        cluster: LocalRayCluster | None = None,
+    ) -> None:
         self.script = script
+        self._borrowed = cluster
         self.clock = ReplayClock()
         self._say = on_step or (lambda _text: None)
         self._dir = Path(tempfile.mkdtemp(prefix="gpuplane-replay-"))
@@ -115,6 +135,8 @@ class LiveReplay:
         self._realtime: _WallClock | None = None
         self._loaded = False
         self._sender: threading.Thread | None = None
+        self.scaler: LiveNodeScaler | None = None
+        self._next_node_tick = 0.0
 
     def __enter__(self) -> LiveReplay:
         import ray
@@ -123,12 +145,15 @@ class LiveReplay:
         from gpuplane.live.ray_cluster import LocalRayCluster
         from gpuplane.live.ray_engine import NAMESPACE, RayEngine
 
-        self._say("starting a local Ray cluster")
-        self.cluster = LocalRayCluster()
-        ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
-        self.provider = LocalNodeProvider(self.cluster, self.script.policy)
+        if self._borrowed is not None:
+            self.cluster = self._borrowed
+        else:
+            self._say("starting a local Ray cluster")
+            self.cluster = LocalRayCluster()
+            ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
+        self.provider = LocalNodeProvider(self.cluster, self.script.policy, self.clock)
         for pool, name in initial_nodes(self.script.policy):
-            self.provider.add_node(pool, name)
+            self.provider.add_initial_node(pool, name)
         self.engine = RayEngine(self._dir / "plane")
         self.store = Store.open(f"sqlite:///{self._dir / 'replay.db'}")
         self.control = ControlPlane(
@@ -140,16 +165,26 @@ class LiveReplay:
             lambda: f"r{next(self._ids)}",
             time.perf_counter,
         )
+        if self.script.autoscaled_pools:
+            from gpuplane.live.metrics import Metrics
+            from gpuplane.live.node_scaling import LiveNodeScaler
+
+            self.scaler = LiveNodeScaler(self.control, self.provider, Metrics(self.script.policy), self.clock)
         return self
 
     def __exit__(self, *exc: object) -> None:
         import ray
 
+        if self.scaler is not None:
+            self.scaler.close()
         for job_id in list(self.engine.running_ids):
             with contextlib.suppress(Exception):
                 self.engine.stop(job_id)
-        ray.shutdown()
-        self.cluster.shutdown()
+        if self._borrowed is not None:
+            self.provider.remove_all()
+        else:
+            ray.shutdown()
+            self.cluster.shutdown()
         self.store.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -166,6 +201,7 @@ class LiveReplay:
         while True:
             ends = self._run_ends()
             upcoming = list(ends.values()) + ([events[cursor].at] if cursor < len(events) else [])
+            upcoming += self._node_instants()
             next_job = min(upcoming, default=None)
             if self._realtime is not None:
                 real = self._realtime.now()
@@ -200,7 +236,35 @@ class LiveReplay:
             elif event.submit is not None:
                 self._submit(event.submit, now)
         self._settle(now)
+        if self.scaler is not None and now >= self._next_node_tick and self._unfinished():
+            self._scale_nodes(now)
         return cursor
+
+    def _unfinished(self) -> bool:
+        """Whether a scripted job has not finished yet (the simulator stops once every job has)."""
+        assert self.control is not None
+        done = {JobState.SUCCEEDED, JobState.FAILED}
+        finished = self.control.jobs_of(lambda j: j.id in self._scripted and j.state in done)
+        return len(finished) < len(self._scripted)
+
+    def _node_instants(self) -> list[float]:
+        """With node autoscaling, while a scripted job is unfinished: the next node tick and the moments the
+        booting nodes are listed (the plane's next cycle sees them, as the simulator's cycle after a node is up)."""
+        if self.scaler is None or not self._unfinished():
+            return []
+        booted = [at for at in self.provider.ready_times().values() if at > self.clock.now]
+        return [self._next_node_tick, *booted]
+
+    def _scale_nodes(self, now: float) -> None:
+        """The node autoscaler's tick at ``now`` (held clock); the clock stays until the provider has started or
+        stopped the nodes (Ray workers up before their boot on the plane's clock ends), then the plane settles."""
+        assert self.scaler is not None
+        self.scaler.tick()
+        scaler = self.scaler
+        self._wait(lambda: not scaler.busy(), "the provider to start and stop the nodes the autoscaler changed")
+        self._settle(now)
+        while self._next_node_tick <= now:
+            self._next_node_tick += NODE_TICK_S
 
     def _deploy(self, names: list[str]) -> None:
         """Deploy the loaded services at the start (held clock) and wait for their ``min_replicas`` to serve."""
@@ -346,9 +410,13 @@ class LiveReplay:
         trail = Trail()
         assert self.control is not None
         replicas = {j.id for j in self.control.jobs_of(lambda j: j.service is not None)}
+        pools: dict[str, str] = {}
         for event in self.store.events(0, 1_000_000):
             if event.kind == "job" and event.subject not in replicas:
                 _read(event, trail, losses)
+            elif event.kind == "node" and event.reason in _NODE_CHANGES:
+                pool = pools.setdefault(event.subject, str(event.details.get("pool", "")))
+                trail.nodes.append(NodeStep(event.time, _NODE_CHANGES[event.reason], pool, event.subject))
         return trail
 
 
@@ -375,7 +443,10 @@ def _shape(job: Submission, pools: PoolTable) -> tuple[int, int]:
     return pod_set.count, pod_set.gpus_per_pod
 
 
-def replay_live(script: ReplayScript, on_step: Callable[[str], None] | None = None) -> LiveResult:
-    """Replay ``script`` on a fresh local Ray cluster: the live plane's trail and service samples."""
-    with LiveReplay(script, on_step) as replay:
+def replay_live(
+    script: ReplayScript, on_step: Callable[[str], None] | None = None, cluster: LocalRayCluster | None = None
+) -> LiveResult:
+    """Replay ``script`` on a fresh local Ray cluster (or on ``cluster``, connected): the live plane's trail and
+    service samples."""
+    with LiveReplay(script, on_step, cluster) as replay:
         return replay.run()

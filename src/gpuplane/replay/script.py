@@ -16,10 +16,13 @@ events:
 A job's finish or failure is part of its submission: it ends (``ends``: succeeded, or failed with
 ``exit_code``) once it has run ``runs_for`` seconds, since when it starts is the scheduler's decision. A
 preempted job or one whose node was lost starts its run over (no checkpoint). ``lose_node`` takes a node of the
-policy's initial cluster (each pool's ``min_nodes``, named ``<pool>-<n>``) away for good. ``load`` offers a
-service declared in the policy requests at ``rps`` (Poisson arrivals, seeded by the script's ``seed``) for
-``for_s`` seconds, each holding a replica for ``request_s``; a service's loads follow one another without a
-gap (one stretch of load per service), and the service is deployed at its ``min_replicas`` before it starts.
+policy's initial cluster (each pool's ``min_nodes``, named ``<pool>-<n>``) away for good (only with pools of a fixed
+size). A pool whose ``max_nodes`` is above its ``min_nodes`` is autoscaled in both runtimes: nodes are ordered for
+waiting work, boot for the pool's ``startup_seconds`` and are removed after ``scale_down.after_s`` empty.
+``load`` offers a service declared in the policy requests at ``rps`` (Poisson arrivals, seeded by the script's
+``seed``) for ``for_s`` seconds, each holding a replica for ``request_s``; a service's loads follow one another
+without a gap (one stretch of load per service), and the service is deployed at its ``min_replicas`` before it
+starts.
 """
 
 from __future__ import annotations
@@ -129,6 +132,12 @@ class ReplayScript:
         return [(e.at, e.lose_node) for e in self.events if e.lose_node is not None]
 
     @property
+    def autoscaled_pools(self) -> list[str]:
+        """The pools whose node count the node autoscaler changes (``max_nodes`` above ``min_nodes``); with any,
+        both runtimes run their node autoscaler (``replay.node_decisions``)."""
+        return [p.name for p in self.policy.pools if p.max_nodes > p.min_nodes]
+
+    @property
     def job_events(self) -> list[ScriptEvent]:
         """The submissions and node losses, in time order."""
         return [e for e in self.events if e.load is None]
@@ -225,6 +234,12 @@ def _check_against_policy(script: ReplayScript) -> None:
                     f"one another without a gap or overlap (start this one at {ends[name]:g})"
                 )
             ends[name] = event.at + event.load.for_s
+        elif script.autoscaled_pools:
+            raise ScriptError(
+                f"{at}.lose_node: the policy's pools {script.autoscaled_pools} autoscale nodes (max_nodes above "
+                "min_nodes), and the simulator's node autoscaler would keep counting a node lost for good; replay "
+                "node losses with a policy whose pools have a fixed size (max_nodes equal to min_nodes)"
+            )
         elif event.lose_node not in nodes:
             raise ScriptError(
                 f"{at}.lose_node: '{event.lose_node}' is not a node of the initial cluster; it has {sorted(nodes)}"

@@ -2,7 +2,9 @@
 
 The simulator runs the script's policy unchanged (the ``gpuplane`` variant) on the initial cluster (each pool's
 ``min_nodes``), with a cycle at every instant something happens (``cycle_s`` 0, as the live plane ticks when
-woken) and no checkpoints (a stopped job runs again from the start, as the script says).
+woken) and no checkpoints (a stopped job runs again from the start, as the script says). When the policy
+autoscales a pool, its node autoscaler ticks every ``node_decisions.NODE_TICK_S`` over the pools at their
+``max_nodes`` (those beyond ``min_nodes`` start unprovisioned); its orders, joins and removals are recorded.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from gpuplane.model.events import EventKind, SchedulingEvent
 from gpuplane.model.outcome import SUCCEEDED, FailureReason, Outcome, RunEnd
 from gpuplane.policy.nodes import pool_nodes
 from gpuplane.replay.decisions import Step, Trail, placement_text
+from gpuplane.replay.node_decisions import NODE_TICK_S, NodeStep
 from gpuplane.replay.script import ReplayScript
 from gpuplane.scheduler.cycle import CycleResult
 from gpuplane.sim.engine import NODE_LOST, Simulation
 from gpuplane.sim.events import NodeDown
+from gpuplane.sim.node_scaling import NodeChange
 from gpuplane.sim.trace import Trace, TraceJob, TraceReport
 from gpuplane.sim.variants import VariantName, make_variant
 
@@ -42,8 +46,11 @@ def trace_of(script: ReplayScript) -> Trace:
 
 
 def simulate_script(script: ReplayScript) -> Trail:
-    """Replay ``script`` through the simulator; its decisions and outcomes as a ``Trail``."""
+    """Replay ``script`` through the simulator; its decisions, outcomes and node changes as a ``Trail``."""
     trail = Trail()
+
+    def on_node(now: float, change: NodeChange, pool: str, node: str) -> None:
+        trail.nodes.append(NodeStep(now, change, pool, node))
 
     def on_cycle(now: float, result: CycleResult) -> None:
         for decision in result.decided:
@@ -65,7 +72,10 @@ def simulate_script(script: ReplayScript) -> Trail:
             trail.add(Step(event.time, "finish", event.job, outcome))
 
     policy = script.policy
-    nodes = [node for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
+    autoscaled = bool(script.autoscaled_pools)
+    nodes = [
+        node for pool in policy.pools for node in pool_nodes(pool, pool.max_nodes if autoscaled else pool.min_nodes)
+    ]
     simulation = Simulation(
         make_variant(VariantName.GPUPLANE, policy),
         nodes,
@@ -74,6 +84,9 @@ def simulate_script(script: ReplayScript) -> Trail:
         checkpoint_interval_s=None,
         on_event=on_event,
         on_cycle=on_cycle,
+        node_autoscaling=autoscaled,
+        node_tick_s=NODE_TICK_S,
+        on_node=on_node,
     )
     for at, node in script.node_losses:
         simulation.queue.push(at, NodeDown(node, lost=True))

@@ -48,7 +48,7 @@ from gpuplane.sim.events import (
 from gpuplane.sim.guarantees import GuaranteeLedger
 from gpuplane.sim.jobs import JobBook, JobRecord, asked_gpus
 from gpuplane.sim.meters import Meters, Sample
-from gpuplane.sim.node_scaling import NodeScaler
+from gpuplane.sim.node_scaling import NodeChange, NodeScaler
 from gpuplane.sim.outages import SpotOutages
 from gpuplane.sim.pool_table import PoolTable
 from gpuplane.sim.trace import Trace, TraceJob
@@ -181,12 +181,16 @@ class Simulation:
         quotas_of: PolicySpec | None = None,
         on_event: EventSink | None = None,
         on_cycle: Callable[[float, CycleResult], None] | None = None,
+        node_tick_s: float = 60.0,
+        on_node: Callable[[float, NodeChange, str, str], None] | None = None,
     ) -> None:
         """``quotas_of``: the policy whose nominal quotas are the guarantees measured (``quota_owed``); a
         comparison passes the user's policy so that policies without quotas are held to the same ones.
         ``on_event``: receives every scheduling event (admit, preempt, wait reason changed, finish, scale up
         and down) as it happens. ``on_cycle``: receives every cycle's result before it is applied (the replay
-        compares its decisions with the live plane's)."""
+        compares its decisions with the live plane's). ``node_tick_s``: virtual seconds between two node autoscaler
+        ticks. ``on_node``: receives every node the autoscaler orders, that finishes booting (``join``) and that
+        it removes, as (time, change, pool, node)."""
         self.variant = variant
         self.policy: PolicySpec = variant.policy
         self.index = PolicyIndex(self.policy)
@@ -203,11 +207,12 @@ class Simulation:
         self.pools = PoolTable.of(self.policy, self.index)
         self.outages = SpotOutages(self.policy, nodes, seed)
         self.jobs = JobBook()
-        self.scaler = NodeScaler(self.policy, nodes, self.state) if node_autoscaling else None
+        self.scaler = NodeScaler(self.policy, nodes, self.state, node_tick_s) if node_autoscaling else None
         self.meters = Meters(self._provisioned_source(), self._census, sample_every_s)
         self.guarantees = GuaranteeLedger.of(quotas_of or variant.policy)
         self.accounts = SimAccounts(self.policy, on_event)
         self.on_cycle = on_cycle
+        self.on_node = on_node
         self._trace_jobs = len({job.id for job in trace.jobs})
         """Jobs to finish (the trace's jobs are keyed by id)."""
         self._cycle_queued = False
@@ -486,6 +491,11 @@ class Simulation:
         self.accounts.scaled(scaler.applied, now)
         for node, ready_at in ordered:
             self.queue.push(ready_at, NodeReady(node))
+        if self.on_node is not None:
+            for node, _ready_at in ordered:
+                self.on_node(now, "order", scaler.pool_of[node], node)
+            for node in released:
+                self.on_node(now, "remove", scaler.pool_of[node], node)
         for wid in drained:
             scaler.moved(self._preempt(self.jobs.records[wid], now, CONSOLIDATION))
         if released:
@@ -496,6 +506,8 @@ class Simulation:
     def _on_node_ready(self, event: NodeReady, now: float) -> None:
         assert self.scaler is not None
         self.scaler.booted(event.node)
+        if self.on_node is not None:
+            self.on_node(now, "join", self.scaler.pool_of[event.node], event.node)
         self._queue_cycle(now)
 
     # -- cycles --------------------------------------------------------------------------------------

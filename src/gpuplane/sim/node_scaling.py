@@ -13,6 +13,7 @@ again on the pool's other nodes, and the node is released.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Literal
 
 from gpuplane.autoscale.nodes import (
     NodeDecision,
@@ -27,6 +28,9 @@ from gpuplane.model.decision import Decision
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler.resolve import Resolved
 from gpuplane.scheduler.state import CycleState
+
+NodeChange = Literal["order", "join", "remove"]
+"""What happened to a node: the autoscaler ordered it, it finished booting, the autoscaler removed it."""
 
 
 class NodeScaler:
