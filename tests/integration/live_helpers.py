@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,7 +18,22 @@ TOKENS = {
     "product": "product-secret-token-0",
     "serving": "serving-secret-token-0",
 }
+ADMIN_TOKEN_VARIABLE = "GPUPLANE_TEST_ADMIN_TOKEN"
+PLANE_SECRET = ("GPUPLANE_TEST_CLOUD_SECRET", "cloud-secret-of-the-plane")
 T = TypeVar("T")
+
+
+@contextmanager
+def plane_environment() -> Iterator[None]:
+    """The environment of a real deployment's plane: the admin token in a variable, and another secret (neither
+    may reach a Ray node or a job). Removed again on exit."""
+    os.environ[ADMIN_TOKEN_VARIABLE] = TOKENS["admin"]
+    os.environ[PLANE_SECRET[0]] = PLANE_SECRET[1]
+    try:
+        yield
+    finally:
+        os.environ.pop(ADMIN_TOKEN_VARIABLE, None)
+        os.environ.pop(PLANE_SECRET[0], None)
 
 
 def wait_for(fn: Callable[[], T | None], timeout: float, what: str, every: float = 0.2) -> T:
