@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 HERE = Path(__file__).parent
 TRAIN_LOOP = HERE / "live" / "train_loop.py"
 POLICY = HERE.parent / "data" / "live_policy.yaml"
@@ -46,3 +48,16 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str, every: float
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def training_policy(folder: Path) -> Path:
+    """The test policy without its inference pool, team and service, written to ``folder``: for the tests whose
+    plane starts its own embedded cluster and runs only training jobs (one Ray node fewer to start)."""
+    spec = yaml.safe_load(POLICY.read_text())
+    spec["pools"] = [p for p in spec["pools"] if p["name"] != "serve"]
+    spec["teams"] = [t for t in spec["teams"] if t["name"] != "serving"]
+    del spec["services"]
+    del spec["auth"]["team_tokens"]["serving"]
+    path = folder / "training_policy.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path

@@ -17,7 +17,7 @@ import pytest
 from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.server import free_port
 from tests.integration.databases import KINDS, database_url
-from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, wait_for
+from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, training_policy, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -29,7 +29,10 @@ def ray_address(shared_ray_cluster: LocalRayCluster) -> str:
 
 
 def serve(address: str | None, data: Path, db: str, port: int) -> subprocess.Popen[bytes]:
+    """``gpuplane serve`` attached to the cluster at ``address``, or on its own embedded cluster (then with the
+    training half of the test policy: these tests run only training jobs)."""
     log = open(data / f"serve-{port}.log", "ab")  # noqa: SIM115 - the process owns it
+    policy = POLICY if address else training_policy(data)
     cluster = ["--ray-address", address] if address else []
     return subprocess.Popen(
         [
@@ -38,7 +41,7 @@ def serve(address: str | None, data: Path, db: str, port: int) -> subprocess.Pop
             "gpuplane",
             "serve",
             "--policy",
-            str(POLICY),
+            str(policy),
             *cluster,
             "--data-dir",
             str(data),
