@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+
+import yaml
 
 HERE = Path(__file__).parent
 TRAIN_LOOP = HERE / "live" / "train_loop.py"
@@ -16,7 +20,22 @@ TOKENS = {
     "product": "product-secret-token-0",
     "serving": "serving-secret-token-0",
 }
+ADMIN_TOKEN_VARIABLE = "GPUPLANE_TEST_ADMIN_TOKEN"
+PLANE_SECRET = ("GPUPLANE_TEST_CLOUD_SECRET", "cloud-secret-of-the-plane")
 T = TypeVar("T")
+
+
+@contextmanager
+def plane_environment() -> Iterator[None]:
+    """The environment of a real deployment's plane: the admin token in a variable, and another secret (neither
+    may reach a Ray node or a job). Removed again on exit."""
+    os.environ[ADMIN_TOKEN_VARIABLE] = TOKENS["admin"]
+    os.environ[PLANE_SECRET[0]] = PLANE_SECRET[1]
+    try:
+        yield
+    finally:
+        os.environ.pop(ADMIN_TOKEN_VARIABLE, None)
+        os.environ.pop(PLANE_SECRET[0], None)
 
 
 def wait_for(fn: Callable[[], T | None], timeout: float, what: str, every: float = 0.2) -> T:
@@ -29,3 +48,16 @@ def wait_for(fn: Callable[[], T | None], timeout: float, what: str, every: float
             return last
         time.sleep(every)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def training_policy(folder: Path) -> Path:
+    """The test policy without its inference pool, team and service, written to ``folder``: for the tests whose
+    plane starts its own embedded cluster and runs only training jobs (one Ray node fewer to start)."""
+    spec = yaml.safe_load(POLICY.read_text())
+    spec["pools"] = [p for p in spec["pools"] if p["name"] != "serve"]
+    spec["teams"] = [t for t in spec["teams"] if t["name"] != "serving"]
+    del spec["services"]
+    del spec["auth"]["team_tokens"]["serving"]
+    path = folder / "training_policy.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path

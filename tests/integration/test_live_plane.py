@@ -1,6 +1,7 @@
 """The live control plane on a real local Ray cluster (head + 3 worker nodes with virtual GPUs) and SQLite.
 
-One plane serves every test of this module (starting Ray costs seconds); each test uses its own jobs.
+One plane serves every test of this module, on the cluster the live modules share (``conftest.py``: starting Ray
+costs many seconds); each test uses its own jobs.
 """
 
 from __future__ import annotations
@@ -20,39 +21,41 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplane.cli import main
 from gpuplane.io.policy_file import load_policy
+from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.sandbox import SAFE_VARIABLES
 from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
 from gpuplane.policy.schema_auth import TokenRef
-from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, wait_for
+from tests.integration.live_helpers import (
+    ADMIN_TOKEN_VARIABLE,
+    PLANE_SECRET,
+    POLICY,
+    TOKENS,
+    TRAIN_LOOP,
+    plane_environment,
+    wait_for,
+)
 
 pytestmark = pytest.mark.live
 
 
-ADMIN_TOKEN_VARIABLE = "GPUPLANE_TEST_ADMIN_TOKEN"
-PLANE_SECRET = ("GPUPLANE_TEST_CLOUD_SECRET", "cloud-secret-of-the-plane")
-
-
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LivePlane]:
+def plane(tmp_path_factory: pytest.TempPathFactory, shared_ray_cluster: LocalRayCluster) -> Iterator[LivePlane]:
     """The plane reads the admin token from an environment variable and has another secret in its environment,
-    as a real deployment does (neither may reach a job)."""
+    as a real deployment does (neither may reach a job; the shared cluster's nodes were started with both)."""
     data = tmp_path_factory.mktemp("live")
     policy = load_policy(POLICY)
     auth = policy.auth.model_copy(update={"admin_token": TokenRef(env=ADMIN_TOKEN_VARIABLE)})
-    os.environ[ADMIN_TOKEN_VARIABLE] = TOKENS["admin"]
-    os.environ[PLANE_SECRET[0]] = PLANE_SECRET[1]
-    try:
+    with plane_environment():
         live = LivePlane(
-            policy.model_copy(update={"auth": auth}), ServeOptions(data_dir=data, tick_s=0.2, node_tick_s=0.5)
+            policy.model_copy(update={"auth": auth}),
+            ServeOptions(data_dir=data, tick_s=0.2, node_tick_s=0.5),
+            cluster=shared_ray_cluster,
         )
         live.start()
         try:
             yield live
         finally:
             live.stop()
-    finally:
-        os.environ.pop(ADMIN_TOKEN_VARIABLE, None)
-        os.environ.pop(PLANE_SECRET[0], None)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Kill the control plane (SIGKILL) mid-run and start it again: nothing accepted is lost, what runs on Ray
-keeps running and is re-attached, and the queue carries on. Real Ray cluster in its own process, real
-``gpuplane serve`` processes, SQLite and PostgreSQL."""
+keeps running and is re-attached, and the queue carries on. Real Ray cluster (the one the live modules share, run
+by the test process), real ``gpuplane serve`` processes, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -9,40 +9,30 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.server import free_port
 from tests.integration.databases import KINDS, database_url
-from tests.integration.live_helpers import HERE, POLICY, TOKENS, TRAIN_LOOP, wait_for
+from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, training_policy, wait_for
 
 pytestmark = pytest.mark.live
 
 
 @pytest.fixture(scope="module")
-def ray_address() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "live" / "ray_cluster_proc.py"), "train-0000:train:4", "train-0001:train:4"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        address = proc.stdout.readline().strip()
-        assert address, "the Ray cluster process did not start"
-        yield address
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(timeout=60)
+def ray_address(shared_ray_cluster: LocalRayCluster) -> str:
+    """The address of a Ray cluster that outlives the planes the tests kill: the one the live modules share."""
+    return shared_ray_cluster.address
 
 
 def serve(address: str | None, data: Path, db: str, port: int) -> subprocess.Popen[bytes]:
+    """``gpuplane serve`` attached to the cluster at ``address``, or on its own embedded cluster (then with the
+    training half of the test policy: these tests run only training jobs)."""
     log = open(data / f"serve-{port}.log", "ab")  # noqa: SIM115 - the process owns it
+    policy = POLICY if address else training_policy(data)
     cluster = ["--ray-address", address] if address else []
     return subprocess.Popen(
         [
@@ -51,7 +41,7 @@ def serve(address: str | None, data: Path, db: str, port: int) -> subprocess.Pop
             "gpuplane",
             "serve",
             "--policy",
-            str(POLICY),
+            str(policy),
             *cluster,
             "--data-dir",
             str(data),

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from gpuplane.io.policy_file import load_policy
+from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
 from tests.integration.live_helpers import POLICY, TOKENS, wait_for
 
@@ -46,8 +47,9 @@ SERVICE: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    plane = LivePlane(load_policy(POLICY), ServeOptions(data_dir=tmp_path_factory.mktemp("fallback"), tick_s=0.2))
+def api(tmp_path_factory: pytest.TempPathFactory, shared_ray_cluster: LocalRayCluster) -> Iterator[str]:
+    options = ServeOptions(data_dir=tmp_path_factory.mktemp("fallback"), tick_s=0.2)
+    plane = LivePlane(load_policy(POLICY), options, cluster=shared_ray_cluster)
     plane.start()
     try:
         with BackgroundServer(plane.app) as server:

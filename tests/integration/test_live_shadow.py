@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gpuplane.live.server import free_port
-from tests.integration.live_helpers import POLICY, TOKENS, wait_for
+from tests.integration.live_helpers import TOKENS, training_policy, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -23,7 +23,7 @@ def test_serve_shadow_records_would_be_decisions_and_runs_nothing(tmp_path: Path
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "serve.log", "ab")  # noqa: SIM115 - the process owns it
-    command = [sys.executable, "-m", "gpuplane", "serve", "--shadow", "--policy", str(POLICY)]
+    command = [sys.executable, "-m", "gpuplane", "serve", "--shadow", "--policy", str(training_policy(tmp_path))]
     command += ["--data-dir", str(tmp_path / "data"), "--port", str(port), "--tick-s", "0.2"]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     marker = tmp_path / "ran"

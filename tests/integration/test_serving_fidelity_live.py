@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 
 from gpuplane.io.policy_file import load_policy
+from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
 from gpuplane.policy.schema_serving import ServiceSpec
 from gpuplane.sim.serving import compare_serving
@@ -79,8 +80,9 @@ def _trace(seed: int = 11) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    plane = LivePlane(load_policy(POLICY), ServeOptions(data_dir=tmp_path_factory.mktemp("fid"), tick_s=0.2))
+def api(tmp_path_factory: pytest.TempPathFactory, shared_ray_cluster: LocalRayCluster) -> Iterator[str]:
+    options = ServeOptions(data_dir=tmp_path_factory.mktemp("fid"), tick_s=0.2)
+    plane = LivePlane(load_policy(POLICY), options, cluster=shared_ray_cluster)
     plane.start()
     try:
         with BackgroundServer(plane.app) as server:

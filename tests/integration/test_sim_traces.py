@@ -38,9 +38,15 @@ def _trace(kind: str, limit: int):
     return trace.head(limit)
 
 
+SLICE = {"philly-pollux": 1500, "gavel": 1500, "alibaba-openb": 600}
+"""Jobs per slice. The gpuplane policy's simulation time grows faster than linearly on the Alibaba slice (about
+10 s for 500 jobs, 100 s for 1,500 on a loaded 2-core machine); 600 jobs there still queue for days and are
+preempted hundreds of times, so conservation with lost work and determinism are still exercised."""
+
+
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_slice_of_real_trace_conserves_and_is_deterministic(kind):
-    trace = _trace(kind, 1500)
+    trace = _trace(kind, SLICE[kind])
     options = Options(policies=("fifo", "tiresias", "gpuplane"), load=0.8, auto_teams=True)
     policy = load_policy(str(EXAMPLES / "philly.yaml"))
     first = compare(policy, trace, options)

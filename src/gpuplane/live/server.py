@@ -69,9 +69,13 @@ class LivePlane:
     It holds the store's lease (``live/lease.py``): a second plane on the same database is refused. The token
     variables the policy names are read once and removed from the process environment, so no
     process the plane starts (Ray's head and nodes, their workers, the jobs) inherits them.
+
+    Without ``options.ray_address`` the plane runs on an embedded cluster: its own, or ``cluster`` when the caller
+    owns one (the tests share one across planes): the plane adds the policy's nodes the cluster lacks, stops its
+    jobs when it stops, and leaves that cluster running.
     """
 
-    def __init__(self, policy: PolicySpec, options: ServeOptions) -> None:
+    def __init__(self, policy: PolicySpec, options: ServeOptions, cluster: LocalRayCluster | None = None) -> None:
         import ray
 
         self.policy = policy
@@ -109,12 +113,13 @@ class LivePlane:
                 self.store.close()
                 raise
         self.cluster: LocalRayCluster | None = None
+        self._owns_cluster = cluster is None
         provider: NodeProvider
         if options.ray_address:
             ray.init(address=options.ray_address, namespace=NAMESPACE, log_to_driver=False)
             provider = ClusterNodes()
         else:
-            self.cluster = LocalRayCluster()
+            self.cluster = cluster or LocalRayCluster()
             ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
             provider = LocalNodeProvider(self.cluster, policy, time.time)
             initial = [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
@@ -214,7 +219,8 @@ class LivePlane:
 
     def stop(self, shutdown_cluster: bool = True) -> None:
         """Stop the loop; with the embedded cluster, kill its jobs' process groups and stop its nodes too (what ran
-        there is requeued at the next start). Jobs on an attached cluster keep running for the next plane."""
+        there is requeued at the next start; a cluster the caller owns keeps its nodes). Jobs on an attached
+        cluster keep running for the next plane."""
         import ray
 
         self.stop_loop()
@@ -229,7 +235,7 @@ class LivePlane:
         if self.telemetry is not None:
             self.telemetry.close()
         ray.shutdown()
-        if self.cluster is not None and shutdown_cluster:
+        if self.cluster is not None and shutdown_cluster and self._owns_cluster:
             self.cluster.shutdown()
         self.lease.release()
         self.store.close()
