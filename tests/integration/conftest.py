@@ -8,6 +8,7 @@ that it is up only while they run and is stopped as soon as the last of them end
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -33,15 +34,15 @@ def shared_ray_cluster() -> Iterator[LocalRayCluster]:
         cluster = LocalRayCluster()
         try:
             ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
-            provider = LocalNodeProvider(cluster, policy)
+            provider = LocalNodeProvider(cluster, policy, time.time)
             for pool in policy.pools:
                 for node in pool_nodes(pool, pool.min_nodes):
-                    provider.add_node(pool.name, node.name)
+                    provider.add_initial_node(pool.name, node.name)
         except BaseException:
+            ray.shutdown()
             cluster.shutdown()
             raise
-        finally:
-            ray.shutdown()
+        ray.shutdown()
     try:
         yield cluster
     finally:
