@@ -273,3 +273,35 @@ def test_forecast_spread_buys_headroom_for_its_mean_miss_not_its_worst_case():
     assert replicas_for_slo(10.0, 5.4, 32, 0.4, 0.001, 100, [(0.0, 1.0), (-1.0, 1.0)]) == sure, (
         "no usable factor: as if sure"
     )
+
+
+def test_a_burst_while_replicas_start_grows_the_fleet_no_further_than_its_rate_needs():
+    """Issue 17: the latency of requests that queued while replicas loaded lags the fleet; it doubled the fleet
+    once per startup time after the replicas were ready (28 -> 664 on a load that needed 43)."""
+    scaler = ReplicaAutoscaler(service(min_replicas=4, max_replicas=1000, trend_lookahead=False))
+    ready, orders, decisions, fleet = 4, [], [], []
+    for tick in range(80):
+        now = tick * 15.0
+        ready += sum(n for at, n in orders if at <= now)
+        orders = [(at, n) for at, n in orders if at > now]
+        burst = 60 <= now < 900
+        signals = ServiceSignals(
+            now=now,
+            rps=200.0 if burst else 40.0,
+            ready=ready,
+            starting=sum(n for _, n in orders),
+            latency_s=5.0 if 60 <= now < 480 else 0.2,
+        )
+        d = scaler.decide(signals)
+        decisions.append(d)
+        if d.delta > 0:
+            orders.append((now + 120, d.delta))
+        elif d.delta < 0:
+            ready += d.delta
+        fleet.append(ready + sum(n for _, n in orders))
+    need = 200 // 10
+    assert max(fleet) >= need, "the burst still gets the replicas its rate needs"
+    assert max(fleet) <= 2 * need, f"fleet ran away to {max(fleet)} for a rate that needs {need}"
+    held = [d for d in decisions if d.code == R.SCALE_UP_HELD]
+    assert held and all(d.details["held"]["reason"] == "latency_above_rate_need" for d in held)
+    assert all(d.details["held"]["rate_need"] == need for d in held)

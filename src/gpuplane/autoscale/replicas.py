@@ -14,7 +14,13 @@ One tick, in order:
    ever asks for more replicas when other signals exist: latency is not linear in replicas, so letting it
    shrink the fleet would oscillate (HPA would let it; this is deliberate).
    While replicas are starting, latency and waiting requests ask for no more than the current count: the
-   backlog they measure is what the starting replicas are about to absorb. With ``trend_lookahead``, a
+   backlog they measure is what the starting replicas are about to absorb. Once they are ready, the latency
+   measured still includes the requests that queued before they were (a latency of requests that
+   finished, not of the fleet now), so when the rate-based signals can tell what the load needs, the latency
+   signal asks for no more than ``panic_threshold`` times the count the higher of the stable and panic
+   windows' rates needs (or the current count, if more): a backlog draining on a fleet already big enough
+   doubled the fleet once per startup time (Azure conversation hour at 32x: 28 -> 664 replicas for a load
+   that needed 43). The decision says so (``scale_up_held``, ``held`` in the details). With ``trend_lookahead``, a
    rising request rate is also extended one replica startup ahead (a line through the trend window), so
    replicas are ordered for the load they will meet when they are ready, not the load when ordered.
 2. The largest desired count wins (HPA's rule across metrics).
@@ -81,6 +87,7 @@ class ReplicaReasonCode(StrEnum):
     SCALE_TO_ZERO = "scale_to_zero"
     WAKE_FROM_ZERO = "wake_from_zero"
     NO_CHANGE = "no_change"
+    SCALE_UP_HELD = "scale_up_held"
     SLO_UNATTAINABLE = "slo_unattainable"
     FALLBACK = "fallback_for_gpu_shortage"
     GPUS_SHORT = "gpus_short"
@@ -198,6 +205,15 @@ class DailyPattern:
         return sum(days) / len(days) if days else None
 
 
+_HOLDABLE = (
+    ReplicaReasonCode.SCALE_UP,
+    ReplicaReasonCode.WITHIN_TOLERANCE,
+    ReplicaReasonCode.NO_CHANGE,
+    ReplicaReasonCode.STABILIZING,
+)
+"""Codes a held latency signal replaces when the count stays put: the hold is why it did not rise."""
+
+
 def _allowed(rules: ScalingRulesSpec, base: int, up: bool) -> int:
     """The furthest count the rate limits allow from ``base`` (the count at the start of the period)."""
     limits: list[int] = []
@@ -240,8 +256,10 @@ class ReplicaAutoscaler:
         self._remember(signals)
         if signals.rps > 0 or signals.queue_depth > 0 or self._last_request is None:
             self._last_request = now
-        wanted, per_signal = self._reactive(signals, current)
+        wanted, per_signal, held = self._reactive(signals, current)
         details: dict[str, Any] = {"signals": per_signal, "current": current}
+        if held is not None:
+            details["held"] = held
         if current == 0 and not spec.scale_to_zero:
             return self._record(now, current, spec.min_replicas, ReplicaReasonCode.AT_MIN, details)
         if current == 0:
@@ -282,6 +300,8 @@ class ReplicaAutoscaler:
             code = ReplicaReasonCode.AT_MAX if bounded < limited else ReplicaReasonCode.AT_MIN
         if bounded == current and code in (ReplicaReasonCode.SCALE_UP, ReplicaReasonCode.SCALE_DOWN):
             code = ReplicaReasonCode.WITHIN_TOLERANCE if wanted == current else ReplicaReasonCode.NO_CHANGE
+        if held is not None and bounded == current and code in _HOLDABLE:
+            code = ReplicaReasonCode.SCALE_UP_HELD
         if self._unattainable(signals):
             details["slo_unattainable"] = {
                 "reason": "latency_floor_exceeds_slo",
@@ -367,11 +387,14 @@ class ReplicaAutoscaler:
                 return current
         return math.ceil(total / target)
 
-    def _reactive(self, signals: ServiceSignals, current: int) -> tuple[int, dict[str, int]]:
+    def _reactive(self, signals: ServiceSignals, current: int) -> tuple[int, dict[str, int], dict[str, Any] | None]:
+        """Each signal's desired count and the largest of them, plus why the latency signal was held below
+        what it measured (None: it was not)."""
         spec = self.spec
         now = signals.now
         window = spec.stable_window_s
         counts: dict[str, int] = {}
+        held: dict[str, Any] | None = None
         rps = self._mean(window, now, "rps")
         ahead = self._trend_rps(now, rps) if rps is not None else None
         if spec.target_rps_per_replica is not None and rps is not None:
@@ -403,9 +426,44 @@ class ReplicaAutoscaler:
             latency_count = self._ratio_count(base, max(0.0, signals.latency_s - floor), slo_s - floor)
             if signals.starting:
                 latency_count = min(latency_count, current)
+            held = self._latency_hold(latency_count, current, signals)
+            if held is not None:
+                latency_count = held["bound"]
             if not counts or latency_count > current:
                 counts["latency"] = latency_count
-        return (max(counts.values()) if counts else current), counts
+        return (max(counts.values()) if counts else current), counts, held
+
+    def _latency_hold(self, latency_count: int, current: int, signals: ServiceSignals) -> dict[str, Any] | None:
+        """Why the latency signal may not ask for ``latency_count``, with the count it may ask for
+        (``bound``), or None when it may. The latency of the requests that finished in the interval lags the
+        fleet: requests that queued while replicas were loading finish late after the replicas are ready, and
+        read as a fleet too small by the latency ratio, so each startup time doubled the fleet again. When the
+        rate says what the load needs, more than ``panic_threshold`` times that (and more than the current
+        count) is a backlog, not a lack of replicas."""
+        if latency_count <= current:
+            return None
+        now = signals.now
+        rates = [
+            rate
+            for rate in (
+                self._mean(self.spec.stable_window_s, now, "rps"),
+                self._mean(self.spec.panic_window_s, now, "rps"),
+            )
+            if rate is not None
+        ]
+        need = self._count_for_rate(max(rates), signals) if rates else None
+        if need is None:
+            return None
+        bound = max(current, math.ceil(self.spec.panic_threshold * need))
+        if latency_count <= bound:
+            return None
+        return {
+            "signal": "latency",
+            "reason": "latency_above_rate_need",
+            "asked": latency_count,
+            "rate_need": need,
+            "bound": bound,
+        }
 
     def _slo_count(
         self, rate: float, signals: ServiceSignals, spread: Sequence[tuple[float, float]] = ((1.0, 1.0),)
