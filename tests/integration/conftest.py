@@ -17,7 +17,7 @@ from gpuplane.io.policy_file import load_policy
 from gpuplane.live.providers import LocalNodeProvider
 from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.ray_engine import NAMESPACE
-from gpuplane.policy.nodes import pool_nodes
+from gpuplane.policy.nodes import initial_nodes
 from tests.integration.live_helpers import POLICY, plane_environment
 
 SHARED = "shared_ray_cluster"
@@ -35,9 +35,8 @@ def shared_ray_cluster() -> Iterator[LocalRayCluster]:
         try:
             ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
             provider = LocalNodeProvider(cluster, policy, time.time)
-            for pool in policy.pools:
-                for node in pool_nodes(pool, pool.min_nodes):
-                    provider.add_initial_node(pool.name, node.name)
+            for pool, name in initial_nodes(policy):
+                provider.add_initial_node(pool, name)
         except BaseException:
             ray.shutdown()
             cluster.shutdown()

@@ -7,9 +7,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpx
 import yaml
+
+if TYPE_CHECKING:
+    from gpuplane.live.ray_cluster import LocalRayCluster
 
 HERE = Path(__file__).parent
 TRAIN_LOOP = HERE / "live" / "train_loop.py"
@@ -36,6 +40,27 @@ def plane_environment() -> Iterator[None]:
     finally:
         os.environ.pop(ADMIN_TOKEN_VARIABLE, None)
         os.environ.pop(PLANE_SECRET[0], None)
+
+
+def team_client(url: str, team: str) -> httpx.Client:
+    """An API client with ``team``'s token (``admin`` for the platform admins)."""
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS[team]}"}, timeout=30)
+
+
+@contextmanager
+def served_plane(cluster: LocalRayCluster, data_dir: Path) -> Iterator[str]:
+    """A plane of the test policy on ``cluster`` (shared, left running) with a fresh store in ``data_dir``, its
+    API served in the background: yields the API's URL and stops the plane on exit."""
+    from gpuplane.io.policy_file import load_policy
+    from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
+
+    plane = LivePlane(load_policy(POLICY), ServeOptions(data_dir=data_dir, tick_s=0.2), cluster=cluster)
+    plane.start()
+    try:
+        with BackgroundServer(plane.app) as server:
+            yield server.url
+    finally:
+        plane.stop()
 
 
 def wait_for(fn: Callable[[], T | None], timeout: float, what: str, every: float = 0.2) -> T:

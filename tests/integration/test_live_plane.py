@@ -32,6 +32,7 @@ from tests.integration.live_helpers import (
     TOKENS,
     TRAIN_LOOP,
     plane_environment,
+    team_client,
     wait_for,
 )
 
@@ -64,8 +65,7 @@ def api(plane: LivePlane) -> Iterator[str]:
         yield server.url
 
 
-def client(api: str, team: str) -> httpx.Client:
-    return httpx.Client(base_url=api, headers={"Authorization": f"Bearer {TOKENS[team]}"}, timeout=30)
+client = team_client
 
 
 def train(

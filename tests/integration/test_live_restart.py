@@ -17,7 +17,7 @@ import pytest
 from gpuplane.live.ray_cluster import LocalRayCluster
 from gpuplane.live.server import free_port
 from tests.integration.databases import KINDS, database_url
-from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, training_policy, wait_for
+from tests.integration.live_helpers import POLICY, TOKENS, TRAIN_LOOP, team_client, training_policy, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -164,7 +164,7 @@ def test_sigterm_stops_the_plane_with_its_embedded_cluster_and_jobs(tmp_path: Pa
     plane = serve(None, tmp_path, f"sqlite:///{tmp_path / 'gpuplane.db'}", port)
     try:
         wait_up(url, plane, tmp_path / f"serve-{port}.log", "the control plane")
-        c = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS['research']}"}, timeout=30)
+        c = team_client(url, "research")
         never_ends = [sys.executable, str(TRAIN_LOOP), "1", "0.1", "5", str(tmp_path / "never")]
         job = c.post("/v1/jobs", json={"name": "long", "entrypoint": never_ends}).json()
         wait_for(lambda: c.get(f"/v1/jobs/{job['id']}").json()["state"] == "running", 120, "the job to run")

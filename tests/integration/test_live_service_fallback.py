@@ -16,13 +16,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
-from gpuplane.io.policy_file import load_policy
 from gpuplane.live.ray_cluster import LocalRayCluster
-from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
-from tests.integration.live_helpers import POLICY, TOKENS, wait_for
+from tests.integration.live_helpers import served_plane, team_client, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -48,22 +45,12 @@ SERVICE: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory, shared_ray_cluster: LocalRayCluster) -> Iterator[str]:
-    options = ServeOptions(data_dir=tmp_path_factory.mktemp("fallback"), tick_s=0.2)
-    plane = LivePlane(load_policy(POLICY), options, cluster=shared_ray_cluster)
-    plane.start()
-    try:
-        with BackgroundServer(plane.app) as server:
-            yield server.url
-    finally:
-        plane.stop()
-
-
-def _client(api: str, who: str) -> httpx.Client:
-    return httpx.Client(base_url=api, headers={"Authorization": f"Bearer {TOKENS[who]}"}, timeout=30)
+    with served_plane(shared_ray_cluster, tmp_path_factory.mktemp("fallback")) as url:
+        yield url
 
 
 def test_capped_gpus_start_fallback_replicas_that_serve_and_go_when_the_load_fits(api: str) -> None:
-    c = _client(api, "serving")
+    c = team_client(api, "serving")
     deployed = c.post("/v1/services", json={**SERVICE, "options": {"service_ms": 40}})
     assert deployed.status_code == 201, deployed.text
     wait_for(lambda: c.get("/v1/services/chat").json()["ready_urls"] >= 1 or None, 90, "the first own replica")
@@ -71,7 +58,7 @@ def test_capped_gpus_start_fallback_replicas_that_serve_and_go_when_the_load_fit
     answered: list[int] = []
 
     def load() -> None:
-        with _client(api, "serving") as own:
+        with team_client(api, "serving") as own:
             while not stop.is_set():
                 answered.append(own.post("/v1/services/chat/infer", json={"input": "hi"}).status_code)
                 time.sleep(0.05)
@@ -101,7 +88,7 @@ def test_capped_gpus_start_fallback_replicas_that_serve_and_go_when_the_load_fit
     running = c.get("/v1/jobs", params={"state": "running"}).json()
     gpus = sorted(j["gpus_per_pod"] for j in running if j["service"] == "chat")
     assert gpus[-1] == 3 and 1 in gpus, running
-    metrics = _client(api, "admin").get("/metrics").text
+    metrics = team_client(api, "admin").get("/metrics").text
     assert (
         'gpuplane_inference_fallback_replicas{quality="lower",service="chat",state="running",variant="chat-int4"}'
         in metrics

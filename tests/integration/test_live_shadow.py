@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gpuplane.live.server import free_port
-from tests.integration.live_helpers import TOKENS, training_policy, wait_for
+from tests.integration.live_helpers import team_client, training_policy, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -28,8 +28,8 @@ def test_serve_shadow_records_would_be_decisions_and_runs_nothing(tmp_path: Path
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     marker = tmp_path / "ran"
     try:
-        research = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS['research']}"}, timeout=30)
-        admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKENS['admin']}"}, timeout=30)
+        research = team_client(url, "research")
+        admin = team_client(url, "admin")
 
         def healthy() -> dict[str, object] | None:
             try:

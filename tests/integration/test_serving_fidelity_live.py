@@ -34,11 +34,10 @@ import pytest
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.ray_cluster import LocalRayCluster
-from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
 from gpuplane.policy.schema_serving import ServiceSpec
 from gpuplane.sim.serving import compare_serving
 from gpuplane.sim.serving_trace import ServingTrace
-from tests.integration.live_helpers import POLICY, TOKENS, wait_for
+from tests.integration.live_helpers import POLICY, TOKENS, served_plane, team_client, wait_for
 
 pytestmark = pytest.mark.live
 
@@ -81,14 +80,8 @@ def _trace(seed: int = 11) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory, shared_ray_cluster: LocalRayCluster) -> Iterator[str]:
-    options = ServeOptions(data_dir=tmp_path_factory.mktemp("fid"), tick_s=0.2)
-    plane = LivePlane(load_policy(POLICY), options, cluster=shared_ray_cluster)
-    plane.start()
-    try:
-        with BackgroundServer(plane.app) as server:
-            yield server.url
-    finally:
-        plane.stop()
+    with served_plane(shared_ray_cluster, tmp_path_factory.mktemp("fid")) as url:
+        yield url
 
 
 def _replay(api: str, arrival: np.ndarray, service_s: np.ndarray) -> tuple[list[float], list[int], list[Any]]:
@@ -150,7 +143,7 @@ def _ready_per_second(timeline: list[Any], seconds: int) -> np.ndarray:
 
 def test_the_simulator_predicts_the_live_planes_replica_counts_and_attainment(api: str) -> None:
     arrival, service_s = _trace()
-    with httpx.Client(base_url=api, headers={"Authorization": f"Bearer {TOKENS['serving']}"}, timeout=30) as c:
+    with team_client(api, "serving") as c:
         deployed = c.post("/v1/services", json={**SERVICE, "options": {}})
         assert deployed.status_code == 201, deployed.text
         wait_for(lambda: c.get("/v1/services/fid").json()["ready_urls"] >= 1 or None, 90, "the first replica")

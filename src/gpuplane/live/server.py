@@ -29,7 +29,7 @@ from gpuplane.live.services import ServiceManager
 from gpuplane.live.shadow import RayJobsObserver, ShadowPlane
 from gpuplane.live.store import Store
 from gpuplane.policy import PolicySpec
-from gpuplane.policy.nodes import pool_nodes
+from gpuplane.policy.nodes import initial_nodes
 from gpuplane.telemetry import TelemetryUnavailable
 
 log = logging.getLogger("gpuplane.live")
@@ -122,7 +122,7 @@ class LivePlane:
             self.cluster = cluster or LocalRayCluster()
             ray.init(address=self.cluster.address, namespace=NAMESPACE, log_to_driver=False)
             provider = LocalNodeProvider(self.cluster, policy, time.time)
-            initial = [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
+            initial = initial_nodes(policy)
             log.info("starting %d nodes: %s", len(initial), ", ".join(name for _, name in initial))
             for pool_name, node_name in initial:
                 provider.add_initial_node(pool_name, node_name)

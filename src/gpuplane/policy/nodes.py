@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuplane.model.cluster import Node
-from gpuplane.policy.schema import PoolSpec
+from gpuplane.policy.schema import PolicySpec, PoolSpec
 
 
 def pool_nodes(pool: PoolSpec, count: int, start: int = 0) -> list[Node]:
@@ -17,3 +17,9 @@ def pool_nodes(pool: PoolSpec, count: int, start: int = 0) -> list[Node]:
         domain = f"{pool.name}/d{n // per_domain}" if per_domain else pool.name
         nodes.append(Node(name=f"{pool.name}-{n:04d}", pool=pool.name, gpus=pool.gpus_per_node, domain=domain))
     return nodes
+
+
+def initial_nodes(policy: PolicySpec) -> list[tuple[str, str]]:
+    """(pool, node) of the cluster a policy starts with: each pool's ``min_nodes`` (the simulator's, the live
+    plane's embedded cluster's and a replay's first nodes alike)."""
+    return [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]

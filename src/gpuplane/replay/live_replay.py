@@ -45,9 +45,10 @@ from gpuplane.live.control import ControlPlane
 from gpuplane.live.ports import RunPhase
 from gpuplane.live.records import EventRecord, JobRecord, JobState
 from gpuplane.live.store import Store
+from gpuplane.policy.nodes import initial_nodes
 from gpuplane.replay.decisions import Step, Trail, placement_text
 from gpuplane.replay.node_decisions import NODE_TICK_S, NodeStep
-from gpuplane.replay.script import LoadStretch, ReplayScript, ScriptEvent, Submission, initial_nodes
+from gpuplane.replay.script import LoadStretch, ReplayScript, ScriptEvent, Submission
 from gpuplane.replay.waiter import marker
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.sim.node_scaling import NodeChange

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.policy import PolicyError, PolicySpec
-from gpuplane.policy.nodes import pool_nodes
+from gpuplane.policy.nodes import initial_nodes
 
 
 class ScriptError(ValueError):
@@ -196,11 +196,6 @@ def load_script(path: str | Path) -> ReplayScript:
     script = ReplayScript(path, policy, tuple(sorted(document.events, key=lambda e: e.at)), document.seed)
     _check_against_policy(script)
     return script
-
-
-def initial_nodes(policy: PolicySpec) -> list[tuple[str, str]]:
-    """(pool, node) of the cluster a replay starts with: each pool's ``min_nodes``."""
-    return [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
 
 
 def _check_against_policy(script: ReplayScript) -> None:
