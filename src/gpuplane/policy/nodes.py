@@ -20,6 +20,6 @@ def pool_nodes(pool: PoolSpec, count: int, start: int = 0) -> list[Node]:
 
 
 def initial_nodes(policy: PolicySpec) -> list[tuple[str, str]]:
-    """(pool, node) of the cluster a policy starts with: each pool's ``min_nodes`` (the simulator's, the live
-    plane's embedded cluster's and a replay's first nodes alike)."""
+    """(pool, node) of the cluster a policy starts with: each pool's ``min_nodes`` (the first nodes of the live
+    plane's embedded cluster and of a replay)."""
     return [(pool.name, node.name) for pool in policy.pools for node in pool_nodes(pool, pool.min_nodes)]
