@@ -125,14 +125,28 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
 
 
 def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> bool:
-    """Whether some allowed victim exists and free GPUs plus every allowed victim could cover ``r`` at all (a
-    cheap necessary test).
+    """Whether some allowed victim exists, the quota could admit ``r`` were every allowed victim stopped, and free
+    GPUs plus every allowed victim could cover ``r`` at all (a cheap necessary test).
 
     Without a victim the search cannot succeed: ``r`` was just refused without preemption. In a saturated
-    cluster most searches end here, refused by quota while GPUs are free and nothing may be taken."""
+    cluster most searches end here, refused by quota while GPUs are free and nothing may be taken; most of
+    the rest are refused by the cohort's quota whatever they stop (a borrowing preemptor whose cohort has
+    lent out everything it may), which the ledger tells without walking the victims."""
     rule = (r.tier.name, r.level, r.starving)
-    victims = sum(st.victims.milli_where(name, option.flavor, s.accept, (s.kind, *rule)) for name, s in sources.items())
+    flavor, index = option.flavor, st.victims
+    by_queue = {name: index.milli_where(name, flavor, s.accept, (s.kind, *rule)) for name, s in sources.items()}
+    victims = sum(by_queue.values())
     if victims == 0:
+        return False
+    released = by_queue
+    for name, s in sources.items():
+        if name != r.queue.name and not s.within_nominal and by_queue[name]:
+            if released is by_queue:
+                released = dict(by_queue)
+            # ``_may_take`` stops taking a queue's work once it no longer borrows: its last victim at most crosses
+            above = st.ledger.usage[name][flavor] - s.queue.quota(flavor).nominal
+            released[name] = min(by_queue[name], max(0, above) + index.largest.get((name, flavor), 0) - 1)
+    if not st.ledger.could_fit_after(r.queue, flavor, option.milli * r.required, r.preemptible, released):
         return False
     if r.mig_profile is not None or r.gpu_milli is not None:
         return True
@@ -171,15 +185,10 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict
         yield e
 
 
-def _cheapest_nodes_first(
-    st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]
-) -> Iterator[RunEntry]:
-    """Victims reordered for multi-GPU pods: first those of the nodes that are cheapest to clear for one pod
-    (``scheduler.clearing``), then the rest in victim order.
+def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> ClearingCosts:
+    """The per-node clearing costs of ``r``'s victim filter for one of its pods (``scheduler.clearing``), up to date.
 
-    In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
-    node is whole, and the victims it spares afterwards are not the cheapest whole nodes. The node costs are
-    kept per victim filter for the rest of the cycle and updated where admissions and evictions changed a node.
+    Kept per victim filter for the rest of the cycle and updated where admissions and evictions changed a node.
     """
     victims = st.victims
     pools = tuple(p.name for p in option.pools)
@@ -211,6 +220,38 @@ def _cheapest_nodes_first(
         if st.incremental:
             victims.clearing[signature] = costs
     costs.refresh(st.cap, victims)
+    return costs
+
+
+def _clearable_pods(st: CycleState, r: Resolved, option: FlavorOption, costs: ClearingCosts) -> int:
+    """At most how many of ``r``'s multi-GPU pods its allowed victims and the free GPUs could make room for.
+
+    A node hosts pods only if its free GPUs already hold one, or if stopping its allowed victims frees one (the
+    nodes ``costs`` ranks); each holds at most its GPUs over the pod's. Fewer than ``r`` requires and the search
+    cannot succeed, however the victims are chosen: victims scattered over nodes that other work keeps busy
+    never make a whole node for a gang of 8-GPU pods.
+    """
+    k = r.gpus_per_pod
+    node_pool = st.cap.node_pool
+    pools = st.cap.pools
+    total = sum(pools[node_pool[node]].gpus_per_node // k for *_, node in costs.order)
+    for option_pool in option.pools:
+        pool = pools[option_pool.name]
+        per_node = pool.gpus_per_node // k
+        if per_node:
+            total += per_node * sum(len(pool.buckets[free]) for free in range(k, pool.gpus_per_node + 1))
+    return total
+
+
+def _cheapest_nodes_first(
+    st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source], costs: ClearingCosts
+) -> Iterator[RunEntry]:
+    """Victims reordered for multi-GPU pods: first those of the nodes that are cheapest to clear for one pod
+    (``costs``), then the rest in victim order.
+
+    In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
+    node is whole, and the victims it spares afterwards are not the cheapest whole nodes.
+    """
     first: set[str] = set()
     for e in costs.first():
         first.add(e.id)
@@ -260,7 +301,10 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
         fits = False
         candidates: Iterable[RunEntry]
         if r.gpus_per_pod > 1:
-            candidates = _cheapest_nodes_first(st, r, option, sources)
+            costs = _clearing_costs(st, r, option, sources)
+            if r.mig_profile is None and r.gpu_milli is None and _clearable_pods(st, r, option, costs) < r.required:
+                continue
+            candidates = _cheapest_nodes_first(st, r, option, sources, costs)
         else:
             candidates = _candidates(st, r, option, sources)
         for e in candidates:

@@ -9,6 +9,7 @@ can never be overdrawn, so no lender is ever pushed below its guaranteed quota.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +152,41 @@ class QuotaLedger:
         self.usage[queue.name][flavor] = used + milli
         self.total[queue.name] += milli
         self.jobs[queue.name] += jobs
+
+    def could_fit_after(
+        self, queue: QueueInfo, flavor: str, milli: int, preemptible: bool, released: Mapping[str, int]
+    ) -> bool:
+        """Whether ``milli`` more on ``flavor`` could fit ``queue``'s quota once at most ``released`` milli-GPUs of
+        ``flavor`` per queue of the cohort (``queue`` itself included) are given back.
+
+        Every limit only loosens as work is released, so a False here means no subset of those releases lets
+        the request in: a preemption search that can free at most ``released`` is refused by quota whatever it
+        takes, and need not walk its victims. The running-jobs limit is not checked (releases free job slots).
+        """
+        own = released.get(queue.name, 0)
+        if queue.max_gpus_milli is not None and self.total[queue.name] - own + milli > queue.max_gpus_milli:
+            return False
+        quota = queue.quota(flavor)
+        used = self.usage[queue.name][flavor] - own
+        after = used + milli
+        if queue.cohort is None:
+            return after <= quota.nominal
+        if after > quota.nominal:
+            if quota.borrow_limit is not None and after > quota.nominal + quota.borrow_limit:
+                return False
+            if not preemptible and not queue.allow_nonpreemptible_borrowing:
+                return False
+        guaranteed = quota.guaranteed
+        extra = max(0, after - guaranteed) - max(0, used - guaranteed)
+        if not extra:
+            return True
+        drawn = self.drawn[(queue.cohort, flavor)]
+        queues = self.index.queues
+        for name, given in released.items():
+            held = self.usage[name][flavor]
+            floor = queues[name].quota(flavor).guaranteed
+            drawn -= max(0, held - floor) - max(0, held - given - floor)
+        return drawn + extra <= self.index.cohort_lendable.get((queue.cohort, flavor), 0)
 
     def borrowing(self, queue: QueueInfo, flavor: str) -> bool:
         """Whether ``queue`` holds more than its nominal quota of ``flavor``."""

@@ -450,6 +450,8 @@ class VictimIndex:
         self._ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self._now, self._by_wait = now, by_wait
         self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
+        self.largest: dict[tuple[str, str], int] = {}
+        """The most milli-GPUs one indexed run of (queue, flavor) holds (not lowered by evictions: an upper bound)."""
         self.levels: dict[str, int] = {}
         self.core = core
         """Ids of runs spared from other queues' preemption (``nominal_core``); empty unless the policy asks."""
@@ -493,6 +495,8 @@ class VictimIndex:
             self.members.setdefault(key, {}).setdefault(standing, []).append(e)
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
+            if e.milli > self.largest.get(key, 0):
+                self.largest[key] = e.milli
 
     def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
         """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked: a cycle
