@@ -130,12 +130,12 @@ class ServingTrace:
         ``PARTIAL_REFERENCE_S`` either side), and so on outwards while the windows stay that low.
 
         ServeGen m-mid's collection stopped and resumed inside windows: each of its eight gaps ends in a
-        window at 9-25 requests/s between windows of 1,400-2,600 (every client present, each at a few
+        window at 9-25 requests/s between windows of 1,400-2,600 (34-46 clients present, each at a few
         thousandths of its rate before and after: a window the record covers for a few seconds), and one
         zero window sits inside two hours at 1-25 requests/s. Left as they are, the filled gap slides to
         that window and the trace jumps from it to full load within one window, a jump no replica with a
         model-load time follows, and the misses are the record's, not the autoscaler's. A real lull of a
-        busy service (m-mid's lowest full window is a third of its median) is far above the share.
+        busy service (m-mid's lowest full window is a quarter of its median) is far above the share.
         """
         mask = self._zero_gaps()
         if not mask.any():
@@ -167,10 +167,11 @@ class ServingTrace:
         shared NOTES.md lists them as gaps). Replayed as zero traffic they become instant jumps from
         nothing to peak load that no autoscaler with a model-load time can follow.
         """
-        holes = np.flatnonzero(self.gap_mask())
+        mask = self.gap_mask()
+        holes = np.flatnonzero(mask)
         if not holes.size:
             return self
-        known = np.flatnonzero(~self.gap_mask() & (self.rates > 0))
+        known = np.flatnonzero(~mask & (self.rates > 0))
         filled = self.rates.copy()
         filled[holes] = np.interp(holes, known, self.rates[known])
         return dataclasses.replace(self, rates=filled)
