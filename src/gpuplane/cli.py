@@ -357,7 +357,7 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     if args.days:
         trace = trace.head_days(args.days)
     trace = trace.rate_multiplied(args.rate_multiplier)
-    gaps = trace.gap_windows
+    gaps, partial = trace.gap_windows, trace.partial_windows
     if gaps and args.gaps == "interpolate":
         trace = trace.fill_gaps()
     model = _serving_model(policy, args)
@@ -366,7 +366,9 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
         + (f", rate x{trace.rate_multiplier} (superposed shifted copies)" if trace.rate_multiplier > 1 else "")
         + (f", {trace.skipped} rows skipped" if trace.skipped else "")
         + (
-            f", {gaps} gap windows ({'interpolated' if args.gaps == 'interpolate' else 'replayed as no traffic'})"
+            f", {gaps} gap windows"
+            + (f" and {partial} partly recorded windows beside them" if partial and args.gaps == "interpolate" else "")
+            + f" ({'interpolated' if args.gaps == 'interpolate' else 'replayed as no traffic'})"
             if gaps
             else ""
         )
@@ -398,6 +400,7 @@ def cmd_simulate_serving(args: argparse.Namespace, console: Console) -> int:
     if not comparison.slo_check.attainable:
         console.print(f"[bold red]warning[/]: {comparison.slo_check.message}", soft_wrap=True)
     data["trace"]["gap_windows"] = gaps
+    data["trace"]["partial_windows"] = partial if args.gaps == "interpolate" else 0
     data["trace"]["gaps"] = args.gaps
     m = data["model"]
     console.print(
@@ -711,8 +714,8 @@ def _add_simulate_serving(sub: argparse._SubParsersAction[Parser]) -> None:
         "--gaps",
         choices=("interpolate", "zero"),
         default="interpolate",
-        help="ServeGen windows with no request between busy ones: holes in the record, interpolated (default), "
-        "or replayed as no traffic",
+        help="ServeGen windows with no request between busy ones: holes in the record, interpolated with the "
+        "partly recorded windows beside them (default), or replayed as no traffic",
     )
     serving.add_argument(
         "--max-batch",

@@ -21,7 +21,7 @@ AZURE = TRACES / "azure_llm_inference_2023" / "AzureLLMInferenceTrace_conv.csv"
 def test_servegen_slice_ranks_the_policies_and_is_deterministic():
     trace = read_serving_trace(f"servegen:{MMID}")
     assert trace.rates.size == 2016 and trace.skipped == 0, "14 days of 10-minute windows, every row read"
-    assert trace.gap_windows == 84
+    assert trace.gap_windows == 84 and trace.partial_windows == 18
     day = trace.fill_gaps().head_days(0.25)
     first = compare_serving(load_policy(str(POLICY)), None, day, seed=7)
     f = first.to_dict()["policies"]

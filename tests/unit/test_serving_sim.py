@@ -178,6 +178,19 @@ def test_gap_windows_are_counted_and_interpolated(tmp_path):
     assert filled.gap_windows == 0 and trace.rates[2] == 0
 
 
+def test_the_partly_recorded_windows_beside_a_gap_are_filled_with_it_and_a_real_lull_is_not(tmp_path):
+    """ServeGen m-mid: each gap ends in a window at ~14 requests/s between windows of ~2,000 (the record
+    resumed seconds before the window ended); filling only the zero windows left a jump from 14 to full
+    load within one window, the misses of the trace's 14 days."""
+    rates = [2000, 2100, 0, 0, 14, 2200, 2000, 700, 0, 800, 2000]
+    trace = read_serving_trace(f"servegen:{_servegen(tmp_path, rates)}")
+    filled = trace.fill_gaps()
+    assert list(filled.rates[:6]) == [2000, 2100, 2125, 2150, 2175, 2200]
+    assert list(filled.rates[6:]) == [2000, 700, 750, 800, 2000], "a lull at a third of the day's median stays"
+    assert trace.gap_windows == 3 and trace.partial_windows == 1
+    assert filled.gap_windows == 0 and filled.partial_windows == 0
+
+
 def test_mooncake_jsonl_keeps_lengths_and_skips_bad_lines(tmp_path):
     path = tmp_path / "mooncake.jsonl"
     path.write_text(

@@ -24,6 +24,13 @@ import numpy as np
 from gpuplane.sim.servegen_tokens import sample_tokens
 from gpuplane.sim.trace import TraceError
 
+PARTIAL_SHARE = 0.05
+"""A window beside a gap whose rate is under this share of the traffic around the gap is a window the
+record covers only in part (``ServingTrace.gap_mask``)."""
+PARTIAL_REFERENCE_S = 86400.0
+"""How far either side of a gap the traffic it is compared with is read (a day: the median spans the
+daily cycle, not the hour of the gap)."""
+
 
 @dataclass(frozen=True)
 class ServingTrace:
@@ -102,27 +109,71 @@ class ServingTrace:
     @property
     def gap_windows(self) -> int:
         """Windows with no request at all between windows with traffic (ServeGen's collection gaps)."""
+        return int(np.count_nonzero(self._zero_gaps()))
+
+    @property
+    def partial_windows(self) -> int:
+        """Windows beside a gap that the record covers only in part (``gap_mask``)."""
+        return int(np.count_nonzero(self.gap_mask() & ~self._zero_gaps()))
+
+    def _zero_gaps(self) -> np.ndarray:
+        mask = np.zeros(self.rates.size, dtype=bool)
         nonzero = np.flatnonzero(self.rates > 0)
-        if nonzero.size < 2:
-            return 0
-        inner = self.rates[nonzero[0] : nonzero[-1] + 1]
-        return int(np.count_nonzero(inner == 0))
+        if nonzero.size >= 2:
+            inner = np.arange(nonzero[0], nonzero[-1] + 1)
+            mask[inner[self.rates[inner] == 0]] = True
+        return mask
+
+    def gap_mask(self) -> np.ndarray:
+        """Per window, whether it is a hole in the record: a gap (``gap_windows``), or a window beside one
+        whose rate is under ``PARTIAL_SHARE`` of the traffic around it (the median non-zero window within
+        ``PARTIAL_REFERENCE_S`` either side), and so on outwards while the windows stay that low.
+
+        ServeGen m-mid's collection stopped and resumed inside windows: each of its eight gaps ends in a
+        window at 9-25 requests/s between windows of 1,400-2,600 (34-46 clients present, each at a few
+        thousandths of its rate before and after: a window the record covers for a few seconds), and one
+        zero window sits inside two hours at 1-25 requests/s. Left as they are, the filled gap slides to
+        that window and the trace jumps from it to full load within one window, a jump no replica with a
+        model-load time follows, and the misses are the record's, not the autoscaler's. A real lull of a
+        busy service (m-mid's lowest full window is a quarter of its median) is far above the share.
+        """
+        mask = self._zero_gaps()
+        if not mask.any():
+            return mask
+        per_side = max(1, round(PARTIAL_REFERENCE_S / self.window_s))
+        for start, end in _runs(mask.copy()):
+            around = self.rates[max(0, start - per_side) : end + per_side + 1]
+            reference = float(np.median(around[around > 0])) if np.any(around > 0) else 0.0
+            low = PARTIAL_SHARE * reference
+            left = start - 1
+            while left >= 0 and 0 < self.rates[left] < low:
+                mask[left] = True
+                left -= 1
+            right = end + 1
+            while right < self.rates.size and 0 < self.rates[right] < low:
+                mask[right] = True
+                right += 1
+        nonzero = np.flatnonzero(self.rates > 0)
+        mask[: nonzero[0]] = False
+        mask[nonzero[-1] + 1 :] = False
+        return mask
 
     def fill_gaps(self) -> ServingTrace:
-        """The trace with its gap windows interpolated from the windows around them.
+        """The trace with its holes (``gap_mask``: gaps and the partial windows beside them) interpolated
+        from the windows around them.
 
         ServeGen's m-mid and m-small carry windows where the sum over a hundred clients is exactly zero,
         between windows of a thousand and more requests/s: holes in the record, not idle hours (the
         shared NOTES.md lists them as gaps). Replayed as zero traffic they become instant jumps from
         nothing to peak load that no autoscaler with a model-load time can follow.
         """
-        nonzero = np.flatnonzero(self.rates > 0)
-        if nonzero.size < 2 or not self.gap_windows:
+        mask = self.gap_mask()
+        holes = np.flatnonzero(mask)
+        if not holes.size:
             return self
+        known = np.flatnonzero(~mask & (self.rates > 0))
         filled = self.rates.copy()
-        inner = np.arange(nonzero[0], nonzero[-1] + 1)
-        holes = inner[filled[inner] == 0]
-        filled[holes] = np.interp(holes, nonzero, self.rates[nonzero])
+        filled[holes] = np.interp(holes, known, self.rates[known])
         return dataclasses.replace(self, rates=filled)
 
     def head_days(self, days: float) -> ServingTrace:
@@ -149,6 +200,12 @@ class ServingTrace:
         rate = np.interp(np.arange(seconds) + 0.5, centres, self.rates)
         drawn: np.ndarray = np.random.default_rng(seed).poisson(rate).astype(float)
         return drawn
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """The (first, last) indices of each run of True in ``mask``."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True))
 
 
 def _add_rates(rows: Iterable[list[str]], totals: dict[int, float], mine: dict[int, float] | None = None) -> int:
