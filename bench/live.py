@@ -27,7 +27,7 @@ from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.server import BackgroundServer, LivePlane, ServeOptions
 
 POLICY = Path(__file__).parent / "data" / "live_policy.yaml"
-HEADERS = {"Authorization": "Bearer bench-research"}
+HEADERS = {"Authorization": "Bearer bench-research-token-01"}
 
 
 def pct(values: list[float], q: float) -> float:
