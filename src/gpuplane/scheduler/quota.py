@@ -29,6 +29,7 @@ class QuotaVerdict:
 
 
 _OK = QuotaVerdict(True)
+_NOTHING_RELEASED: Mapping[str, int] = {}
 _BORROWING = QuotaVerdict(True, borrowing=True)
 
 
@@ -68,42 +69,71 @@ class QuotaLedger:
         return verdict
 
     def _check(self, queue: QueueInfo, flavor: str, milli: int, preemptible: bool) -> QuotaVerdict:
-        if queue.max_running_jobs is not None and self.jobs[queue.name] + 1 > queue.max_running_jobs:
+        code, borrowing = self._limit(queue, flavor, milli, preemptible, _NOTHING_RELEASED, count_jobs=True)
+        if code is None:
+            return _BORROWING if borrowing else _OK
+        if code is ReasonCode.MAX_RUNNING_JOBS:
+            assert queue.max_running_jobs is not None
             return QuotaVerdict(
                 False,
-                code=ReasonCode.MAX_RUNNING_JOBS,
+                code=code,
                 details={"running_jobs": self.jobs[queue.name], "max_running_jobs": queue.max_running_jobs},
             )
-        if queue.max_gpus_milli is not None and self.total[queue.name] + milli > queue.max_gpus_milli:
+        if code is ReasonCode.MAX_GPUS:
+            assert queue.max_gpus_milli is not None
             return QuotaVerdict(
                 False,
-                code=ReasonCode.MAX_GPUS,
+                code=code,
                 details={
                     "gpus_in_use": _gpus(self.total[queue.name]),
                     "requested": _gpus(milli),
                     "max_gpus": _gpus(queue.max_gpus_milli),
                 },
             )
+        return self._refuse(code, queue, flavor, milli)
+
+    def _limit(
+        self,
+        queue: QueueInfo,
+        flavor: str,
+        milli: int,
+        preemptible: bool,
+        released: Mapping[str, int],
+        count_jobs: bool,
+    ) -> tuple[ReasonCode | None, bool]:
+        """The first limit that ``milli`` more on ``flavor`` breaks for ``queue`` (None: none), and whether it would
+        borrow, once ``released`` milli-GPUs of ``flavor`` per queue of the cohort are given back (the quota rules
+        of ``check`` and of ``could_fit_after`` in one place). ``count_jobs``: check the running-jobs limit too."""
+        name = queue.name
+        if count_jobs and queue.max_running_jobs is not None and self.jobs[name] + 1 > queue.max_running_jobs:
+            return ReasonCode.MAX_RUNNING_JOBS, False
+        own = released.get(name, 0)
+        if queue.max_gpus_milli is not None and self.total[name] - own + milli > queue.max_gpus_milli:
+            return ReasonCode.MAX_GPUS, False
         quota = queue.quota(flavor)
-        used = self.usage[queue.name][flavor]
+        used = self.usage[name][flavor] - own
         after = used + milli
         if queue.cohort is None:
-            if after > quota.nominal:
-                return self._refuse(ReasonCode.QUOTA_NOMINAL_EXCEEDED, queue, flavor, milli)
-            return _OK
+            return (ReasonCode.QUOTA_NOMINAL_EXCEEDED if after > quota.nominal else None), False
         borrowing = after > quota.nominal
         if borrowing:
             if quota.borrow_limit is not None and after > quota.nominal + quota.borrow_limit:
-                return self._refuse(ReasonCode.BORROWING_LIMIT_EXCEEDED, queue, flavor, milli)
+                return ReasonCode.BORROWING_LIMIT_EXCEEDED, True
             if not preemptible and not queue.allow_nonpreemptible_borrowing:
-                return self._refuse(ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW, queue, flavor, milli)
+                return ReasonCode.NONPREEMPTIBLE_CANNOT_BORROW, True
         guaranteed = quota.guaranteed
         extra = max(0, after - guaranteed) - max(0, used - guaranteed)
+        if not extra:
+            return None, borrowing
         key = (queue.cohort, flavor)
-        if extra and self.drawn[key] + extra > self.index.cohort_lendable.get(key, 0):
-            code = ReasonCode.COHORT_QUOTA_EXHAUSTED if borrowing else ReasonCode.AWAITING_RECLAIM
-            return self._refuse(code, queue, flavor, milli)
-        return _BORROWING if borrowing else _OK
+        drawn = self.drawn[key]
+        for other, given in released.items():
+            held = self.usage[other][flavor]
+            floor = self.index.queues[other].quota(flavor).guaranteed
+            drawn -= max(0, held - floor) - max(0, held - given - floor)
+        if drawn + extra > self.index.cohort_lendable.get(key, 0):
+            return (ReasonCode.COHORT_QUOTA_EXHAUSTED if borrowing else ReasonCode.AWAITING_RECLAIM), borrowing
+        return None, borrowing
 
     def _refuse(self, code: ReasonCode, queue: QueueInfo, flavor: str, milli: int) -> QuotaVerdict:
         quota = queue.quota(flavor)
@@ -163,30 +193,7 @@ class QuotaLedger:
         the request in: a preemption search that can free at most ``released`` is refused by quota whatever it
         takes, and need not walk its victims. The running-jobs limit is not checked (releases free job slots).
         """
-        own = released.get(queue.name, 0)
-        if queue.max_gpus_milli is not None and self.total[queue.name] - own + milli > queue.max_gpus_milli:
-            return False
-        quota = queue.quota(flavor)
-        used = self.usage[queue.name][flavor] - own
-        after = used + milli
-        if queue.cohort is None:
-            return after <= quota.nominal
-        if after > quota.nominal:
-            if quota.borrow_limit is not None and after > quota.nominal + quota.borrow_limit:
-                return False
-            if not preemptible and not queue.allow_nonpreemptible_borrowing:
-                return False
-        guaranteed = quota.guaranteed
-        extra = max(0, after - guaranteed) - max(0, used - guaranteed)
-        if not extra:
-            return True
-        drawn = self.drawn[(queue.cohort, flavor)]
-        queues = self.index.queues
-        for name, given in released.items():
-            held = self.usage[name][flavor]
-            floor = queues[name].quota(flavor).guaranteed
-            drawn -= max(0, held - floor) - max(0, held - given - floor)
-        return drawn + extra <= self.index.cohort_lendable.get((queue.cohort, flavor), 0)
+        return self._limit(queue, flavor, milli, preemptible, released, count_jobs=False)[0] is None
 
     def borrowing(self, queue: QueueInfo, flavor: str) -> bool:
         """Whether ``queue`` holds more than its nominal quota of ``flavor``."""
