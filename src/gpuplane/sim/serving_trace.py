@@ -141,7 +141,7 @@ class ServingTrace:
         if not mask.any():
             return mask
         per_side = max(1, round(PARTIAL_REFERENCE_S / self.window_s))
-        for start, end in _runs(mask.copy()):
+        for start, end in _runs(mask):
             around = self.rates[max(0, start - per_side) : end + per_side + 1]
             reference = float(np.median(around[around > 0])) if np.any(around > 0) else 0.0
             low = PARTIAL_SHARE * reference
@@ -153,9 +153,6 @@ class ServingTrace:
             while right < self.rates.size and 0 < self.rates[right] < low:
                 mask[right] = True
                 right += 1
-        nonzero = np.flatnonzero(self.rates > 0)
-        mask[: nonzero[0]] = False
-        mask[nonzero[-1] + 1 :] = False
         return mask
 
     def fill_gaps(self) -> ServingTrace:
