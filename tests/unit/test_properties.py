@@ -83,6 +83,10 @@ def policies(draw, preemption=None):
             "reclaim_min_runtime_s": draw(st.sampled_from([None, 0.0, 300.0])),
             "searches_per_queue": draw(st.sampled_from([None, None, 1, 2])),
         },
+        "defragmentation": {
+            "enabled": draw(st.booleans()),
+            "moved_gpus_per_gpu": draw(st.sampled_from([0.5, 1.0, 2.0])),
+        },
     }
     if draw(st.booleans()):
         scheduling["service_levels"] = {

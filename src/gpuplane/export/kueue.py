@@ -201,6 +201,13 @@ def _ordering_warnings(view: PolicyView, bundle: ExportBundle) -> None:
             "Kueue does not count a workload's earlier preemptions when it picks victims",
             "dropped",
         )
+    if scheduling.defragmentation.enabled:
+        bundle.warn(
+            "scheduling.defragmentation",
+            "moving small runs to open whole nodes for a gang",
+            "Kueue never moves an admitted workload; the gang waits until whole nodes free up",
+            "dropped",
+        )
     if scheduling.backfill.mode == "easy":
         bundle.warn(
             "scheduling.backfill.mode",

@@ -27,6 +27,7 @@ _PREEMPT_REASONS = (
     "preempted_to_reclaim_quota",
     "preempted_for_less_served",
     "preempted_for_starved_work",
+    "preempted_to_defragment",
 )
 
 

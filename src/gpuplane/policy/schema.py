@@ -183,6 +183,11 @@ class ServiceLevelsSpec(_Spec):
     preempt_nominal_from_level: int | None = Field(None, ge=1)
 
 
+class DefragmentationSpec(_Spec):
+    enabled: bool = False
+    moved_gpus_per_gpu: float = Field(1.0, gt=0)
+
+
 class SchedulingSpec(_Spec):
     fair_sharing: bool = True
     service_levels: ServiceLevelsSpec | None = None
@@ -192,6 +197,7 @@ class SchedulingSpec(_Spec):
     starvation_guard_preempts_borrowed: bool = False
     backfill: BackfillSpec = Field(default_factory=BackfillSpec)
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+    defragmentation: DefragmentationSpec = Field(default_factory=DefragmentationSpec)
 
 
 class PolicySpec(_Spec):

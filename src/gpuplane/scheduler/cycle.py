@@ -29,6 +29,7 @@ from gpuplane.model.load import LoadSignals
 from gpuplane.model.workload import Workload
 from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
+from gpuplane.scheduler.defragment import DefragPlan, plan_defragmentation
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.preemption import plan_preemption
 from gpuplane.scheduler.reasons import make_reason
@@ -179,6 +180,12 @@ class _Cycle:
         """Preemption searches run per queue this cycle (remembered failures do not count)."""
         self.deferred: str | None = None
         """The workload whose preemption search was just deferred by ``searches_per_queue``."""
+        defrag = index.policy.scheduling.defragmentation
+        self.moved_gpus_per_gpu = defrag.moved_gpus_per_gpu if defrag.enabled else None
+        self.defrag_memo: dict[tuple[object, ...], int] = {}
+        """Defragmentation searches that failed (queue, tier, pod shape, pools), with the number of admissions the
+        cycle had made then: the same search fails again while no admission has changed the state since."""
+        self.admissions = 0
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
@@ -290,6 +297,12 @@ class _Cycle:
                 self._admit(r, fit)
                 return
             failures.extend(failed)
+        if (
+            self.moved_gpus_per_gpu is not None
+            and any(f.code is ReasonCode.INSUFFICIENT_CAPACITY for f in failures)
+            and self._try_defragment(r)
+        ):
+            return
         preemptable = any(f.code in CAPACITY_CODES or f.code in _QUOTA_PREEMPTABLE for f in failures)
         if self.preemption and preemptable and self._try_preemption(r):
             return
@@ -316,8 +329,11 @@ class _Cycle:
             else:
                 tail.append((r.workload.id, queue_head or blocked_pools[r.options[0].pools[0].name], position))
 
-    def _admit(self, r: Resolved, fit: Fit, victims: tuple[str, ...] = ()) -> None:
+    def _admit(
+        self, r: Resolved, fit: Fit, victims: tuple[str, ...] = (), defragmented: DefragPlan | None = None
+    ) -> None:
         st = self.st
+        self.admissions += 1
         st.cap.commit()
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
         st.admitted(
@@ -349,7 +365,11 @@ class _Cycle:
             "queue": r.queue.name,
             "priority": r.tier.name,
         }
-        if victims:
+        if defragmented is not None:
+            code = ReasonCode.ADMITTED_AFTER_DEFRAGMENTATION
+            details["moved_count"] = len(defragmented.moves)
+            details["moved_gpus"] = defragmented.moved_gpus
+        elif victims:
             code = ReasonCode.ADMITTED_AFTER_PREEMPTION
             details["victim_count"] = len(victims)
         elif fit.backfill_for is not None:
@@ -430,6 +450,80 @@ class _Cycle:
         self.admitter.forget()
         self.preempt_memo.clear()
         self._admit(r, plan.fit, tuple(v.id for v in plan.victims))
+        return True
+
+    def _try_defragment(self, r: Resolved) -> bool:
+        """Admit ``r`` now by moving small runs off the nodes it needs (``scheduler.defragment``): each moved run
+        gets a PREEMPT (``preempted_to_defragment``) and an ADMIT at its new place, then ``r`` its ADMIT."""
+        assert self.moved_gpus_per_gpu is not None
+        key = (
+            r.queue.name,
+            r.priority,
+            r.preemptible,
+            r.gpus_per_pod,
+            r.required,
+            r.topology,
+            r.workload.spread_group,
+            tuple(p.name for o in r.options for p in o.pools),
+        )
+        if self.defrag_memo.get(key) == self.admissions:
+            return False
+        st = self.st
+        plan = plan_defragmentation(st, r, self.moved_gpus_per_gpu)
+        if plan is None:
+            self.defrag_memo[key] = self.admissions
+            return False
+        names, now = st.cap.names, st.now
+        grace = self.index.policy.scheduling.preemption.grace_period_s
+        restarted: list[tuple[RunEntry, int]] = []
+        for move in plan.moves:
+            old = move.entry
+            assert old.queue is not None
+            lost = old.lost_work_s(now)
+            self.decisions.append(
+                Decision(
+                    DecisionKind.PREEMPT,
+                    old.id,
+                    make_reason(
+                        ReasonCode.PREEMPTED_TO_DEFRAGMENT,
+                        {
+                            "preemptor": r.id,
+                            "preemptor_queue": r.queue.name,
+                            "queue": old.queue.name,
+                            "flavor": old.flavor,
+                            "node": names[move.node],
+                            "to_node": names[move.slots[0][0]],
+                            "lost_work_s": lost,
+                            "lost_gpu_seconds": lost * old.gpus,
+                            "grace_period_s": grace,
+                        },
+                    ),
+                )
+            )
+            restarted.append((st.move(old, move.slots), move.node))
+        for entry, node in restarted:
+            assert entry.queue is not None
+            details = {
+                "pool": entry.pool,
+                "flavor": entry.flavor,
+                "gpus": entry.gpus,
+                "pods": len(entry.slots),
+                "queue": entry.queue.name,
+                "node": names[entry.slots[0][0]],
+                "from_node": names[node],
+                "preemptor": r.id,
+            }
+            self.decisions.append(
+                Decision(
+                    DecisionKind.ADMIT,
+                    entry.id,
+                    make_reason(ReasonCode.ADMITTED_AFTER_MOVE, details),
+                    st.placement(entry.pool, entry.flavor, entry.slots),
+                )
+            )
+        self.admitter.forget()
+        self.preempt_memo.clear()
+        self._admit(r, plan.fit, tuple(m.entry.id for m in plan.moves), plan)
         return True
 
     def _block(self, r: Resolved, failures: list[Failure], position: int) -> None:

@@ -12,6 +12,14 @@ _TEMPLATES: dict[ReasonCode, str] = {
     ReasonCode.ADMITTED_BORROWING: "admitted on pool {pool} borrowing unused {flavor} quota of cohort {cohort}",
     ReasonCode.ADMITTED_BACKFILL: ("backfilled on pool {pool}: it does not delay the reserved start of {reserved_for}"),
     ReasonCode.ADMITTED_AFTER_PREEMPTION: "admitted on pool {pool} after preempting {victim_count} workload(s)",
+    ReasonCode.ADMITTED_AFTER_DEFRAGMENTATION: (
+        "admitted on pool {pool} after moving {moved_count} run(s) ({moved_gpus} GPUs) onto free GPUs of other "
+        "nodes to open whole nodes"
+    ),
+    ReasonCode.ADMITTED_AFTER_MOVE: (
+        "restarted at once on node {node} of pool {pool} from its last checkpoint: moved to open whole nodes for "
+        "{preemptor}"
+    ),
     ReasonCode.PREEMPTED_FOR_HIGHER_PRIORITY: (
         "preempted by {preemptor} (priority {preemptor_priority} > {priority}) in queue {queue}"
     ),
@@ -25,6 +33,10 @@ _TEMPLATES: dict[ReasonCode, str] = {
     ReasonCode.PREEMPTED_FOR_STARVED_WORK: (
         "preempted by {preemptor} of queue {preemptor_queue}, which has waited past the starvation guard: this "
         "run had GPU time (service level {level}) and had not itself waited that long"
+    ),
+    ReasonCode.PREEMPTED_TO_DEFRAGMENT: (
+        "moved off node {node} to open whole nodes for {preemptor} of queue {preemptor_queue}: it restarts at once "
+        "on node {to_node} from its last checkpoint (work lost: {lost_work_s} s)"
     ),
     ReasonCode.INVALID_WORKLOAD: "cannot be scheduled under this policy: {error}",
     ReasonCode.NO_ELIGIBLE_POOL: "no pool of queue {queue} can take it: {pools}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpuplane.model.cluster import Node
@@ -314,6 +314,27 @@ class CycleState:
         del self.running[entry.id]
         if self._victims is not None:
             self._victims.remove(entry)
+
+    def move(self, entry: RunEntry, slots: list[PodSlot]) -> RunEntry:
+        """Restart a run at once on ``slots`` (defragmentation), the caller having freed its old GPUs and taken the
+        new ones: the old run leaves like an evicted one; the new one keeps its quota charge and its wait, starts
+        now with the GPU time it had (as a runtime reports a restarted job: attained service and one more stop),
+        and is not a victim again this cycle."""
+        self.evict(entry)
+        now = self.now
+        moved = replace(
+            entry,
+            slots=slots,
+            start=now,
+            end_estimate=now + (entry.end_estimate - entry.start),
+            last_checkpoint=None,
+            admitted_now=True,
+            evicted=False,
+            attained_gpu_s=entry.attained_gpu_s + entry.gpus * max(0.0, now - entry.start),
+            preempted_before=entry.preempted_before + 1,
+        )
+        self.admitted(moved)
+        return moved
 
     def expected_end(self, entry: RunEntry) -> float:
         """When ``entry`` is expected to free its GPUs; overrunning work gets a fixed extension."""

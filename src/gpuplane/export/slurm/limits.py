@@ -50,6 +50,13 @@ def slurm_warnings(view: PolicyView, bundle: ExportBundle, share_replicas: int) 
             "sched/backfill reserves for the highest-priority blocked jobs (EASY-like)",
             "approximated",
         )
+    if scheduling.defragmentation.enabled:
+        bundle.warn(
+            "scheduling.defragmentation",
+            "moving small runs to open whole nodes for a gang",
+            "Slurm does not migrate running jobs; a whole-node job waits until nodes drain",
+            "dropped",
+        )
     if scheduling.preemption.spare_after_preemptions is not None:
         bundle.warn(
             "scheduling.preemption.spare_after_preemptions",

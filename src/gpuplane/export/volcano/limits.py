@@ -62,6 +62,13 @@ def _preemption(view: PolicyView, bundle: ExportBundle) -> None:
                 "Volcano may preempt or reclaim a job as soon as it runs",
                 "dropped",
             )
+    if view.policy.scheduling.defragmentation.enabled:
+        bundle.warn(
+            "scheduling.defragmentation",
+            "moving small runs to open whole nodes for a gang",
+            "Volcano's scheduler does not move running pods to make room for a pending gang",
+            "dropped",
+        )
     if preemption.spare_after_preemptions is not None:
         bundle.warn(
             "scheduling.preemption.spare_after_preemptions",

@@ -1,0 +1,193 @@
+"""Defragmentation: open whole nodes for a multi-GPU pod by moving small runs onto free GPUs elsewhere.
+
+A pool can hold enough free GPUs for a pod of several GPUs while no node has that many free: completions
+leave one or two free GPUs on many nodes, and a whole-node gang waits as ``insufficient_capacity`` beside
+idle GPUs. Instead of preempting anyone, the cycle moves single-pod runs off the nodes nearest to free onto
+free GPUs of other nodes of the same pool (NVIDIA KAI-Scheduler / Run:ai call this consolidation). A move is
+planned only when every moved run has its new place now, so moved work keeps its quota and restarts at once
+from its last checkpoint; what it costs is the progress since that checkpoint.
+
+Bounded relative to the work it serves: the GPUs moved for one admission are at most
+``defragmentation.moved_gpus_per_gpu`` times the GPUs the admitted pods receive, a moved run never has a
+higher tier than the work it makes room for, and the cheapest moves (fewest GPUs, then least lost work) go
+first. Runs admitted in the cycle, runs of several pods, MIG slices, GPU shares and spread replicas are
+never moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from gpuplane.scheduler.admission import Fit
+from gpuplane.scheduler.capacity import PoolCapacity
+from gpuplane.scheduler.placement import PodSlot, Shape, place
+from gpuplane.scheduler.resolve import FlavorOption, Resolved
+from gpuplane.scheduler.state import CycleState, NodeVictim, RunEntry
+
+CANDIDATE_NODES = 16
+"""Nodes costed per pod to open: the cheapest are tried first, so a bound keeps a search short on big pools."""
+
+SUBSET_RUNS = 8
+"""Up to this many movable runs on a node, the cheapest subset to move is found exactly (at most 255 subsets)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """A run taken off ``node`` and restarted at once on ``slots``."""
+
+    entry: RunEntry
+    node: int
+    slots: list[PodSlot]
+
+
+@dataclass(frozen=True, slots=True)
+class DefragPlan:
+    """The moves that open whole nodes, and the placement of the workload they make room for."""
+
+    moves: list[Move]
+    fit: Fit
+
+    @property
+    def moved_gpus(self) -> float:
+        """GPUs of the moved runs."""
+        return sum(m.entry.gpus for m in self.moves)
+
+
+def fragmented(st: CycleState, r: Resolved, pool: str) -> bool:
+    """Whether ``r`` fails on ``pool`` for fragmentation alone: enough free GPUs, too few on any one node."""
+    if r.mig_profile is not None or r.gpu_milli is not None or r.gpus_per_pod < 2:
+        return False
+    capacity = st.cap.pools[pool]
+    return capacity.pods_capacity(r.gpus_per_pod) < r.required and capacity.free_gpus() >= r.required * r.gpus_per_pod
+
+
+def plan_defragmentation(st: CycleState, r: Resolved, moved_gpus_per_gpu: float) -> DefragPlan | None:
+    """Moves that let ``r`` start now on one of its pools without stopping anyone, or None.
+
+    Tried on each pool (in ``r``'s option order) where ``r`` fails for fragmentation alone and its quota admits
+    it. On success the capacity index holds the moved runs' new GPUs and ``r``'s pods, uncommitted; the
+    caller applies the plan to the state (``CycleState.move``) and commits. On failure the index is unchanged.
+    """
+    for option in r.options:
+        verdict = st.ledger.check(r.queue, option.flavor, option.milli * r.required, r.preemptible)
+        if not verdict.ok:
+            continue
+        for pool in option.pools:
+            reservation = st.reservations.get(pool.name)
+            if (reservation is not None and reservation.workload_id != r.id) or not fragmented(st, r, pool.name):
+                continue
+            plan = _plan_on_pool(st, r, option, pool.name, verdict.borrowing, moved_gpus_per_gpu)
+            if plan is not None:
+                return plan
+    return None
+
+
+def _plan_on_pool(
+    st: CycleState, r: Resolved, option: FlavorOption, pool_name: str, borrowing: bool, per_gpu: float
+) -> DefragPlan | None:
+    cap = st.cap
+    pool = cap.pools[pool_name]
+    g = r.gpus_per_pod
+    budget = per_gpu * r.required * g
+    mark = cap.mark()
+    moves: list[Move] = []
+    opened: set[int] = set()
+    while pool.pods_capacity(g) < r.required:
+        step = _open_one(st, r, pool, opened, {m.entry.id for m in moves}, budget - sum(m.entry.gpus for m in moves))
+        if step is None:
+            cap.rollback(mark)
+            return None
+        node, node_moves = step
+        opened.add(node)
+        moves.extend(node_moves)
+    shape = Shape(r.required, r.required, g, None, r.topology)
+    result = place(cap, pool_name, shape, st.spread_counts(r.workload.spread_group))
+    if result.pods is None:
+        cap.rollback(mark)
+        return None
+    fit = Fit(pool_name, option.flavor, result.pods, option.milli * len(result.pods), borrowing, None)
+    return DefragPlan(moves, fit)
+
+
+def _open_one(
+    st: CycleState, r: Resolved, pool: PoolCapacity, opened: set[int], moved: set[str], budget: float
+) -> tuple[int, list[Move]] | None:
+    """Open one more ``r.gpus_per_pod``-GPU slot on ``pool``: the cheapest node whose movable runs fit elsewhere."""
+    cap = st.cap
+    g = r.gpus_per_pod
+    by_node = st.victims.by_node
+    candidates: list[tuple[tuple[float, float], int, list[RunEntry]]] = []
+    for free in range(g - 1, -1, -1):
+        for node in pool.buckets[free]:
+            if node in opened:
+                continue
+            chosen = _runs_to_move(st, r, by_node.get(node, ()), g - free, moved)
+            if chosen is None:
+                continue
+            gpus = sum(e.gpus for e in chosen)
+            if gpus > budget:
+                continue
+            lost = sum(e.gpus * e.lost_work_s(st.now) for e in chosen)
+            candidates.append(((gpus, lost), node, chosen))
+            if len(candidates) >= CANDIDATE_NODES:
+                break
+        if len(candidates) >= CANDIDATE_NODES:
+            break
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    before = pool.pods_capacity(g)
+    for _, node, chosen in candidates[:CANDIDATE_NODES]:
+        mark = cap.mark()
+        for e in chosen:
+            st.free_slots(e.slots)
+        avoid = frozenset(opened | {node})
+        node_moves: list[Move] = []
+        for e in sorted(chosen, key=lambda e: -e.milli):
+            count = len(e.slots[0][1])
+            target = pool.best_fit(count, None, avoid)
+            if target is None:
+                break
+            node_moves.append(Move(e, node, [(target, cap.take_whole(target, count), None)]))
+        if len(node_moves) == len(chosen) and len(cap.free[node]) >= g and pool.pods_capacity(g) > before:
+            return node, node_moves
+        cap.rollback(mark)
+    return None
+
+
+def _runs_to_move(
+    st: CycleState, r: Resolved, on_node: Sequence[NodeVictim], deficit: int, moved: set[str]
+) -> list[RunEntry] | None:
+    """The movable runs of one node that free at least ``deficit`` GPUs with the fewest GPUs moved, then the least
+    work lost, or None. A node holds a handful of runs, so every subset of up to ``SUBSET_RUNS`` of them is tried."""
+    now = st.now
+    movable: list[RunEntry] = []
+    for _rank, e, _gpus, _group in on_node:
+        if e.evicted or e.id in moved or len(e.slots) != 1 or e.slots[0][2] is not None or e.spread_group is not None:
+            continue
+        if e.tier is None or e.tier.value > r.priority:
+            continue
+        movable.append(e)
+    if sum(len(e.slots[0][1]) for e in movable) < deficit:
+        return None
+    movable.sort(key=lambda e: (len(e.slots[0][1]), e.lost_work_s(now), e.id))
+    if len(movable) > SUBSET_RUNS:
+        chosen: list[RunEntry] = []
+        freed = 0
+        for e in movable:
+            chosen.append(e)
+            freed += len(e.slots[0][1])
+            if freed >= deficit:
+                return chosen
+        return None
+    best: tuple[tuple[int, float], tuple[RunEntry, ...]] | None = None
+    for size in range(1, len(movable) + 1):
+        for subset in combinations(movable, size):
+            gpus = sum(len(e.slots[0][1]) for e in subset)
+            if gpus < deficit:
+                continue
+            cost = (gpus, sum(len(e.slots[0][1]) * e.lost_work_s(now) for e in subset))
+            if best is None or cost < best[0]:
+                best = (cost, subset)
+    assert best is not None
+    return list(best[1])
