@@ -472,3 +472,44 @@ def test_nodes_reach_the_scheduler_in_the_policys_order_whatever_order_the_clust
     cp.submit(job("a"))
     cp.tick()
     assert cp.jobs["a"].placement.pods[0].node == "train-0000", "best-fit ties go to the simulator's first node"
+
+
+def test_live_defragmentation_moves_a_small_run_then_starts_the_gang_on_the_opened_node(tmp_path: Path) -> None:
+    """Two 2-GPU runs sit on different 4-GPU nodes (their neighbour on one node finished): a 4-GPU pod fits the
+    two free GPUs of neither. With defragmentation the plane stops one run (grace period), starts the pod on
+    the node it freed, and the moved run starts again on the other node's free GPUs in a later tick."""
+    doc = yaml.safe_load(POLICY.read_text())
+    doc["scheduling"]["defragmentation"] = {"enabled": True}
+    engine, clock = FakeEngine(), Clock()
+    cp = plane(tmp_path, engine, clock, parse_policy(yaml.safe_dump(doc), "live-defrag.yaml"))
+    for name in ("x", "y", "w"):
+        cp.submit(job(name, gpus=2))
+    cp.tick()
+    for name in ("x", "y", "w"):
+        engine.phase[name] = RunStatus(RunPhase.RUNNING)
+    clock.now += 60
+    cp.tick()
+    nodes_of = {j: cp.jobs[j].placement.pods[0].node for j in ("x", "y", "w")}
+    shared = next(n for n in nodes_of.values() if list(nodes_of.values()).count(n) == 2)
+    ends, neighbour = [j for j in ("x", "y", "w") if nodes_of[j] == shared]
+    lone = next(j for j in ("x", "y", "w") if nodes_of[j] != shared)
+    engine.phase[ends] = RunStatus(RunPhase.EXITED, exit_code=0)
+    clock.now += 60
+    cp.tick()
+    cp.submit(job("four", gpus=4, submit=clock.now))
+    cp.tick()
+    four = cp.jobs["four"]
+    moved = next(j for j in (neighbour, lone) if cp.jobs[j].state is JobState.PREEMPTING)
+    stays = lone if moved == neighbour else neighbour
+    assert four.state is JobState.ADMITTED and four.victims == [moved]
+    assert four.reason["reason"] == "admitted_after_defragmentation"
+    assert four.placement.pods[0].node == nodes_of[moved], "the pod takes the node the move opened"
+    assert cp.jobs[stays].state is JobState.RUNNING
+    engine.phase[moved] = RunStatus(RunPhase.EXITED, exit_code=0)
+    clock.now += 1
+    cp.tick()
+    cp.tick()
+    again = cp.jobs[moved]
+    assert again.state is JobState.ADMITTED and again.placement.pods[0].node == nodes_of[stays]
+    assert again.preemptions == 1
+    assert "preempted_to_defragment" in [e.reason for e in cp.store.events(subject=moved)]
