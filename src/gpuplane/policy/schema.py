@@ -185,7 +185,7 @@ class ServiceLevelsSpec(_Spec):
 
 class DefragmentationSpec(_Spec):
     enabled: bool = False
-    moved_gpus_per_gpu: float = Field(1.0, gt=0)
+    moved_gpus_per_gpu: float = Field(0.5, gt=0)
 
 
 class SchedulingSpec(_Spec):
