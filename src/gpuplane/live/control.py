@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from gpuplane.accounting import price_book
 from gpuplane.live.applier import Applier, Batch, Commands, NodeActions, PlaneState
 from gpuplane.live.convert import gpus_asked, gpus_held, pod_cuda_visible, pod_gpus, to_node, to_running, to_workload
 from gpuplane.live.feasibility import never_runs
-from gpuplane.live.intents import Admit, Cancel, Drain, EndRun, Intent, LoseRun, Requeue, Submit
+from gpuplane.live.intents import Admit, Cancel, Drain, EndRun, Intent, LoseRun, Requeue, Submit, SubmitMany
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import check_mode
 from gpuplane.live.ports import Clock, ClusterNode, Engine, NodeProvider, RunPhase, RunStatus
@@ -63,6 +63,26 @@ class SubmitError(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """One job of a bulk submission the policy can never run: its position, name, the field at fault, why."""
+
+    index: int
+    name: str
+    field: str
+    problem: str
+
+
+class BatchRefused(ValueError):
+    """A bulk submission with at least one job that cannot be accepted; nothing of it was stored."""
+
+    def __init__(self, refusals: list[Refusal], size: int) -> None:
+        shown = "; ".join(f"jobs[{r.index}] '{r.name}' {r.field}: {r.problem}" for r in refusals[:5])
+        more = f"; and {len(refusals) - 5} more" if len(refusals) > 5 else ""
+        super().__init__(f"{len(refusals)} of {size} jobs refused, none submitted: {shown}{more}")
+        self.refusals = refusals
 
 
 @dataclass(slots=True)
@@ -215,13 +235,73 @@ class ControlPlane:
         self.wake.set()
         return job
 
-    def find_by_key(self, team: str, key: str) -> JobRecord | None:
-        """The job ``team`` submitted with idempotency key ``key`` (in memory, else in the store)."""
+    def submit_many(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
+        """Accept every job of ``jobs`` in one store transaction, or none (``BatchRefused`` listing each job the
+        policy can never run, with its position and the field at fault, or whose id is taken).
+
+        Each job gets the record and ``submitted`` event ``submit`` gives it. A job whose idempotency key was
+        used before, by an accepted job or by an earlier job of the batch, is not stored again: the job
+        accepted first is returned in its place, unchecked, as ``submit`` does, so a resent batch creates
+        nothing new. Returns, in order, each job accepted and whether it is new. The checks run outside the
+        plane's lock; the key lookups and the write under it, so no concurrent submission can duplicate a key.
+        """
         with self.lock:
-            for existing in self.jobs.values():
-                if existing.team == team and existing.idempotency_key == key:
-                    return existing
-        return None
+            fresh = self._first_of_each_key(jobs)
+        workloads: dict[str, Workload] = {}
+        refusals: list[Refusal] = []
+        positions = {id(job): index for index, job in enumerate(jobs)}
+        for job in fresh:
+            try:
+                if job.id in workloads or job.id in self.jobs:
+                    raise SubmitError("id", f"job id '{job.id}' is taken. Fix: give each job its own id")
+                workloads[job.id] = self._check(job)
+            except SubmitError as exc:
+                refusals.append(Refusal(positions[id(job)], job.name, exc.field, str(exc)))
+        if refusals:
+            raise BatchRefused(refusals, len(jobs))
+        out: list[tuple[JobRecord, bool]] = []
+        with self.lock:
+            first: dict[tuple[str, str], JobRecord] = {}
+            new: list[JobRecord] = []
+            for job in jobs:
+                key = (job.team, job.idempotency_key) if job.idempotency_key else None
+                earlier = None if key is None else first.get(key) or self._known_key(job)
+                if earlier is not None:
+                    out.append((earlier, False))
+                    continue
+                if key is not None:
+                    first[key] = job
+                new.append(job)
+                out.append((job, True))
+            if new:
+                self.applier.batch().apply([SubmitMany(tuple(new))]).commit()
+                for job in new:
+                    self.state.workloads[job.id] = workloads[job.id]
+        if new:
+            self.wake.set()
+        return out
+
+    def _first_of_each_key(self, jobs: Sequence[JobRecord]) -> list[JobRecord]:
+        """The jobs of a batch to check: those without a key, and the first with each key not used before."""
+        keys: set[tuple[str, str]] = set()
+        out = []
+        for job in jobs:
+            if job.idempotency_key:
+                key = (job.team, job.idempotency_key)
+                if key in keys or self._known_key(job) is not None:
+                    continue
+                keys.add(key)
+            out.append(job)
+        return out
+
+    def _known_key(self, job: JobRecord) -> JobRecord | None:
+        return None if not job.idempotency_key else self.find_by_key(job.team, job.idempotency_key)
+
+    def find_by_key(self, team: str, key: str) -> JobRecord | None:
+        """The job ``team`` submitted with idempotency key ``key`` (every accepted job is in memory)."""
+        with self.lock:
+            job_id = self.state.by_key.get((team, key))
+            return None if job_id is None else self.jobs.get(job_id)
 
     def stored_job_by_key(self, team: str, key: str) -> JobRecord | None:
         """The job the store holds for ``team``'s idempotency key (a concurrent submission won the race)."""

@@ -126,6 +126,20 @@ class Store:
         except IntegrityError as exc:
             raise DuplicateJob(job.idempotency_key or job.id) from exc
 
+    def add_jobs(self, jobs: list[JobRecord], events: list[EventRecord]) -> None:
+        """Insert newly accepted jobs and their events in one transaction (one multi-row statement per table):
+        all of them or, when one's idempotency key is taken (DuplicateJob), none."""
+        if not jobs:
+            return
+        try:
+            with self._tx() as conn:
+                conn.execute(insert(tables.jobs), [_job_row(job) for job in jobs])
+                if events:
+                    conn.execute(insert(tables.events), [self._event_row(ev) for ev in events])
+        except IntegrityError as exc:
+            keys = ", ".join(sorted({job.idempotency_key or job.id for job in jobs}))[:300]
+            raise DuplicateJob(f"one of {keys}") from exc
+
     def save_jobs(self, jobs: list[JobRecord], events: list[EventRecord] | None = None) -> None:
         """Write the current status of ``jobs`` and append ``events``, in one transaction."""
         if not jobs and not events:
