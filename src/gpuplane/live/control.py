@@ -83,6 +83,7 @@ class BatchRefused(ValueError):
         more = f"; and {len(refusals) - 5} more" if len(refusals) > 5 else ""
         super().__init__(f"{len(refusals)} of {size} jobs refused, none submitted: {shown}{more}")
         self.refusals = refusals
+        self.size = size
 
 
 @dataclass(slots=True)
