@@ -33,6 +33,7 @@ from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import check_mode
 from gpuplane.live.ports import Clock, ClusterNode, Engine, NodeProvider, RunPhase, RunStatus
 from gpuplane.live.reconcile import (
+    IDLE_STATES,
     Observation,
     checkpoint_due,
     decision_intents,
@@ -381,13 +382,13 @@ class ControlPlane:
             batch = self.applier.batch()
             batch.apply(run_intents(self.jobs, seen, self.grace_s))
             alive = {n.name: n for n in seen.nodes if n.alive and n.pool in self.index.pools}
-            batch.apply(lost_node_intents(self.jobs.values(), alive))
+            batch.apply(lost_node_intents(seen.active, alive))
             snapshot = self._snapshot(alive, seen.now)
             result = self._decide(snapshot, report)
             self.last_nodes = seen.nodes
-            self._apply_decisions(batch, result, report)
+            admitted = self._apply_decisions(batch, result, report)
             report.pending = len(snapshot.pending)
-            report.running = sum(1 for j in self.jobs.values() if j.state.holds_gpus)
+            report.running = len({j.id for j in seen.active if j.state.holds_gpus} | admitted)
             committed = batch.commit()
         report.events = committed.events
         self._carry_out(committed.commands)
@@ -399,13 +400,15 @@ class ControlPlane:
         return report
 
     def _observe(self) -> Observation:
-        """The tick's observation: statuses, nodes, time, and the checkpoint times due for a refresh."""
+        """The tick's observation: statuses, nodes, time, the checkpoint times due for a refresh, the active jobs."""
         statuses = self.engine.statuses()
         nodes = self._nodes()
         now = self.clock()
         with self.lock:
-            due = checkpoint_due(self.jobs.values(), statuses, self.state.checkpoint_checked, now)
-        return Observation(now, statuses, nodes, {job_id: self.engine.last_checkpoint_time(job_id) for job_id in due})
+            active = [job for job in self.jobs.values() if job.state not in IDLE_STATES]
+            due = checkpoint_due(active, statuses, self.state.checkpoint_checked, now)
+        checkpoints = {job_id: self.engine.last_checkpoint_time(job_id) for job_id in due}
+        return Observation(now, statuses, nodes, checkpoints, active)
 
     def _nodes(self) -> list[ClusterNode]:
         """The provider's nodes in the policy's order (``reconcile.in_policy_order``)."""
@@ -418,14 +421,17 @@ class ControlPlane:
         self.last_result = result
         return result
 
-    def _apply_decisions(self, batch: Batch, result: CycleResult, report: TickReport) -> None:
-        """Admissions and preemptions, then the pending waits measured, then wait reasons and reservations."""
+    def _apply_decisions(self, batch: Batch, result: CycleResult, report: TickReport) -> set[str]:
+        """Admissions and preemptions, then the pending waits measured, then wait reasons and reservations;
+        returns the ids of the jobs admitted."""
         decided = decision_intents(result, self.jobs)
-        report.admitted = sum(1 for i in decided if isinstance(i, Admit))
+        admitted = {i.job_id for i in decided if isinstance(i, Admit)}
+        report.admitted = len(admitted)
         report.preempted = len(decided) - report.admitted
         batch.apply(decided)
         self._observe_pending_waits(report.now)
         batch.apply(wait_intents(result, self.jobs))
+        return admitted
 
     def _carry_out(self, commands: Commands) -> None:
         """Tell the engine what to stop, signal and start, and the node autoscaler what to order and remove; a
@@ -448,13 +454,18 @@ class ControlPlane:
                 self.node_actions.remove(name)
 
     def _snapshot(self, alive: dict[str, ClusterNode], now: float) -> ClusterSnapshot:
+        """The core's view: ready nodes, the work holding GPUs, the pending work past any start backoff (each in
+        submission order; one pass over the jobs, the pending ones first since they are most of a long queue)."""
         running = []
         pending = []
+        waiting, holding = JobState.PENDING, (JobState.ADMITTED, JobState.RUNNING)
         for job in self.jobs.values():
-            if job.state.holds_gpus:
+            state = job.state
+            if state is waiting:
+                if job.not_before is None or job.not_before <= now:
+                    pending.append(self._workload(job))
+            elif state in holding:
                 running.append(to_running(job, self._workload(job)))
-            elif job.state is JobState.PENDING and (job.not_before is None or job.not_before <= now):
-                pending.append(self._workload(job))
         nodes = [to_node(n, n.name not in self.state.cordoned) for n in alive.values()]
         load = LoadSignals() if self.pending_waits is None else self.pending_waits.signals
         return ClusterSnapshot(now, nodes, running, pending, load)
@@ -536,8 +547,7 @@ class ControlPlane:
     def _observe_metrics(self, report: TickReport, nodes: list[ClusterNode]) -> None:
         assert self.metrics is not None
         self.metrics.tick_seconds.observe(report.decide_s)
-        for ev in report.events:
-            self.metrics.observe_event(ev.kind, ev.reason, ev.team, ev.details)
+        self.metrics.observe_events(report.events)
         states: dict[str, dict[str, int]] = {}
         gpus: dict[str, int] = {}
         for node in nodes:
