@@ -1,11 +1,16 @@
 """What keeps the live tick cheap with a long queue must not change what it reports: the runs judged from the
-active jobs only, the running count, the pending gauges counted per job shape, the wait changes counted in bulk."""
+active jobs only, the running count, the pending gauges counted per job shape, the wait changes counted in bulk;
+and the cycle collector is paused during a tick only."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
+import pytest
+
 from gpuplane.io.policy_file import load_policy
+from gpuplane.live.control import cycle_collector_paused
 from gpuplane.live.convert import gpus_asked
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import RunPhase, RunStatus
@@ -89,3 +94,27 @@ def test_wait_changes_counted_in_bulk_equal_those_counted_one_by_one() -> None:
 
     assert counted(bulk) == counted(single)
     assert 'gpuplane_wait_reason_changes_total{queue="product",reason="no_capacity"} 5.0' in counted(bulk)
+
+
+def test_the_tick_runs_with_the_cycle_collector_paused_and_resumes_it(tmp_path: Path) -> None:
+    seen: list[bool] = []
+
+    class Watching(FakeEngine):
+        def statuses(self) -> dict[str, RunStatus]:
+            seen.append(gc.isenabled())
+            return super().statuses()
+
+    cp = plane(tmp_path, Watching())
+    assert gc.isenabled()
+    cp.tick()
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError), cycle_collector_paused():
+        raise RuntimeError
+    assert gc.isenabled(), "resumed after an error too"
+    gc.disable()
+    try:
+        with cycle_collector_paused():
+            pass
+        assert not gc.isenabled(), "a collector paused by someone else stays paused"
+    finally:
+        gc.enable()
