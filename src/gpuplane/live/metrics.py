@@ -6,8 +6,10 @@ state after every tick. Every instance has its own registry, so several control 
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import attrgetter
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
@@ -28,6 +30,10 @@ _PREEMPT_REASONS = (
     "preempted_for_less_served",
     "preempted_for_starved_work",
 )
+
+
+_SHAPE = attrgetter("team", "pods", "gpus_per_pod", "gpu_milli")
+"""A pending job's queue and shape: the gauges count pending jobs per shape."""
 
 
 class Metrics:
@@ -174,11 +180,10 @@ class Metrics:
         running: dict[str, int] = defaultdict(int)
         dt = 0.0 if self._last_cost_time is None else max(0.0, now - self._last_cost_time)
         self._last_cost_time = now
-        shapes: dict[tuple[str, int, int, int | None], int] = defaultdict(int)
+        waiting = JobState.PENDING
+        shapes = Tally(map(_SHAPE, [job for job in jobs if job.state is waiting]))
         for job in jobs:
-            if job.state is JobState.PENDING:
-                shapes[job.team, job.pods, job.gpus_per_pod, job.gpu_milli] += 1
-            elif job.state.holds_gpus and job.placement is not None:
+            if job.state is not waiting and job.state.holds_gpus and job.placement is not None:
                 held = gpus_held(job)
                 pool = job.placement.pool
                 allocated[pool] += held
