@@ -4,7 +4,8 @@
    figure is the control plane and Ray, not queueing); "running" is when every pod's entrypoint has started;
 2. API throughput for 1,000 submissions from 8 client threads, each submission with an idempotency key and
    100 of them sent twice: none lost, none duplicated; the ratio to a bare GET /healthz in the same process;
-   then the same jobs' worth through the bulk endpoint (POST /v1/jobs/batch, batches of 1,000): jobs/s;
+   then ten times as many jobs, each with its key, through the bulk endpoint (POST /v1/jobs/batch, 1,000 a
+   request): jobs/s;
 3. control-loop tick time with 100,000 pending jobs (the ones above plus the rest bulk-submitted in-process
    through ``ControlPlane.submit_many``, one transaction; its time printed), against the same plane's tick with
    nothing pending: the first tick after the bulk submission (it records every new job's wait reason) apart,
