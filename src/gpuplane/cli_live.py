@@ -101,6 +101,53 @@ def cmd_submit(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def read_specs(path: str) -> list[dict[str, Any]]:
+    """Job specs from a file (``-``: standard input): a JSON array of objects, or one object per line."""
+    text = (sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")).strip()
+    fix = "Fix: give a JSON array of job objects (the POST /v1/jobs fields) or one job object per line"
+    try:
+        specs = json.loads(text) if text.startswith("[") else [json.loads(line) for line in text.splitlines() if line]
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc}). {fix}") from exc
+    if not isinstance(specs, list) or not specs:
+        raise ValueError(f"{path}: no jobs. {fix}")
+    bad = [n for n, spec in enumerate(specs) if not isinstance(spec, dict)]
+    if bad:
+        raise ValueError(f"{path}: item {bad[0]} is not a job object. {fix}")
+    return specs
+
+
+def cmd_submit_batch(args: argparse.Namespace, console: Console) -> int:
+    """Submit the jobs of a file in bulk, ``MAX_BATCH_JOBS`` a request (each request all or nothing)."""
+    from gpuplane.live.client import ApiError
+    from gpuplane.live.limits import MAX_BATCH_JOBS
+
+    try:
+        specs = read_specs(args.file)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    client = _client(args)
+    accepted: list[dict[str, Any]] = []
+    for first in range(0, len(specs), MAX_BATCH_JOBS):
+        try:
+            accepted += client.submit_many(specs[first : first + MAX_BATCH_JOBS])["jobs"]
+        except ApiError as exc:
+            last = min(len(specs), first + MAX_BATCH_JOBS) - 1
+            where = f" (the request with the file's jobs {first}-{last}: its jobs.N is job {first}+N)" if first else ""
+            done = f"; the {first} jobs before it were submitted" if first else ""
+            print(f"error: {exc}{where}{done}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(accepted, indent=2))
+        return 0
+    new = sum(1 for item in accepted if item["created"])
+    console.print(f"{len(accepted)} jobs: {new} new, {len(accepted) - new} already submitted (same idempotency key)")
+    for item in accepted:
+        console.print(f"{item['job']['id']} {item['job']['state']}{'' if item['created'] else ' (existing)'}")
+    return 0
+
+
 def _show(args: argparse.Namespace, console: Console, rows: list[dict[str, Any]], render: Any, none: str) -> int:
     """Print ``rows`` as the API's JSON with ``--json``, else as ``render``'s table (``none`` when empty)."""
     if args.json:
@@ -202,7 +249,8 @@ def _write_log(client: Any, args: argparse.Namespace, offset: int) -> int:
 
 
 def add_live_commands(sub: Any) -> None:
-    """Register ``serve``, ``submit``, ``jobs``, ``queues``, ``services``, ``why``, ``cancel`` and ``logs``."""
+    """Register ``serve``, ``submit``, ``submit-batch``, ``jobs``, ``queues``, ``services``, ``why``, ``cancel``
+    and ``logs``."""
     serve = sub.add_parser("serve", help="run the live control plane (REST API, store, metrics) on Ray")
     serve.add_argument("--policy", required=True, help="policy file (pools become Ray nodes; teams, tokens)")
     serve.add_argument("--data-dir", default="gpuplane-data", help="store, logs, checkpoints (default ./gpuplane-data)")
@@ -280,6 +328,15 @@ def add_live_commands(sub: Any) -> None:
     )
     submit.add_argument("entrypoint", nargs=argparse.REMAINDER, help="the command, after --")
     submit.set_defaults(func=cmd_submit)
+    batch = sub.add_parser(
+        "submit-batch", help="submit many jobs from a file (POST /v1/jobs/batch, 1,000 jobs a request)"
+    )
+    client_args(batch)
+    batch.add_argument(
+        "file", help="JSON array of job objects, or one per line (the POST /v1/jobs fields); - for stdin"
+    )
+    json_arg(batch)
+    batch.set_defaults(func=cmd_submit_batch)
     jobs = sub.add_parser("jobs", help="list jobs (like squeue): id, team, state, GPUs, reason")
     client_args(jobs)
     jobs.add_argument("--state", choices=JOB_STATES, help="only jobs in this state")

@@ -73,6 +73,29 @@ def test_a_team_cannot_submit_the_same_idempotency_key_twice(kind: str, tmp_path
     store.close()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_jobs_added_and_saved_in_bulk_are_all_written_in_order_or_none_on_a_taken_key(
+    kind: str, tmp_path: Path
+) -> None:
+    store = Store.open(database_url(kind, tmp_path))
+    many = [job(f"j{n}", f"k{n}") for n in range(50)]
+    store.add_jobs(
+        many, [EventRecord(0, 100.0 + n, "job", j.id, "research", "submitted", {}) for n, j in enumerate(many)]
+    )
+    for n, record in enumerate(many):
+        record.state = JobState.ADMITTED if n % 2 else JobState.CANCELLED
+        record.reason = {"reason": f"r{n}", "figures": [n, {"x": n}]}
+    waits = [EventRecord(0, 200.0 + n, "job", j.id, "research", f"w{n}", {"n": n}) for n, j in enumerate(many)]
+    store.save_jobs(many, waits)
+    loaded = {j.id: j for j in store.load_jobs()}
+    assert [loaded[j.id] for j in many] == many
+    assert [e.reason for e in store.events(limit=200)] == ["submitted"] * 50 + [f"w{n}" for n in range(50)]
+    with pytest.raises(DuplicateJob):
+        store.add_jobs([job("new1", "fresh"), job("new2", "k7")], [])
+    assert len(store.load_jobs()) == 50, "a batch with a taken key stores none of its jobs"
+    store.close()
+
+
 def test_database_errors_name_the_url_without_its_password() -> None:
     url = "postgresql+psycopg2://user:hunter2@127.0.0.1:1/none"
     with pytest.raises(StoreError) as err:

@@ -18,8 +18,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuplane.live.auth import Principal, TokenTable
-from gpuplane.live.control import ControlPlane, SubmitError
+from gpuplane.live.control import BatchRefused, ControlPlane, Refusal, SubmitError
 from gpuplane.live.limits import (
+    MAX_BATCH_JOBS,
     MAX_ENTRYPOINT_ARGS,
     MAX_ENV_VARS,
     MAX_INT64,
@@ -61,6 +62,13 @@ class JobRequest(BaseModel):
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=MAX_ENV_VARS)
     working_dir: PlainText | None = Field(None, max_length=4096)
     idempotency_key: PlainText | None = Field(None, min_length=1, max_length=128)
+
+
+class BatchRequest(BaseModel):
+    """A bulk submission: up to ``MAX_BATCH_JOBS`` job submissions, accepted all together or not at all."""
+
+    model_config = ConfigDict(extra="forbid")
+    jobs: list[JobRequest] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
 
 
 class CanaryRequest(BaseModel):
@@ -175,7 +183,8 @@ def create_app(
 
 
 def _add_error_format(app: FastAPI) -> None:
-    """Request validation errors as ``{"detail", "errors": [{"field", "problem"}]}`` (422)."""
+    """Request validation errors, and the refused jobs of a batch, as ``{"detail", "errors": [{"field",
+    "problem"}]}`` (422; a batch's fields are ``jobs.INDEX.FIELD``, with the job's ``name``)."""
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -183,6 +192,12 @@ def _add_error_format(app: FastAPI) -> None:
             {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "problem": e["msg"]} for e in exc.errors()
         ]
         return JSONResponse({"detail": "invalid request", "errors": errors}, status_code=422)
+
+    @app.exception_handler(BatchRefused)
+    async def _refused(_request: Request, exc: BatchRefused) -> JSONResponse:
+        errors = [{"field": f"jobs.{r.index}.{r.field}", "problem": r.problem, "name": r.name} for r in exc.refusals]
+        detail = f"{len(exc.refusals)} of {exc.size} jobs refused, none submitted"
+        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
 
 
 def _own_job(plane: PlaneAccess, job_id: str, who: Principal) -> JobRef:
@@ -228,8 +243,29 @@ def _job_record(plane: PlaneAccess, req: JobRequest, team: str) -> JobRecord:
     )
 
 
+def _batch_records(plane: PlaneAccess, req: BatchRequest, who: Principal, private_root: Path | None) -> list[JobRecord]:
+    """The batch's jobs as records, each with its team and a checked working directory; 403 naming the first job
+    of another team, ``BatchRefused`` (422) listing every job whose team or directory is refused."""
+    records: list[JobRecord] = []
+    refusals: list[Refusal] = []
+    for index, job in enumerate(req.jobs):
+        try:
+            team = _team_of(plane, job.team, who)
+            if job.working_dir is not None:
+                check_working_dir(job.working_dir, private_root)
+        except HTTPException as exc:
+            if exc.status_code != 422 or not isinstance(exc.detail, dict):
+                raise HTTPException(exc.status_code, f"jobs.{index}: {exc.detail}") from exc
+            refusals.append(Refusal(index, job.name, exc.detail["field"], exc.detail["problem"]))
+            continue
+        records.append(_job_record(plane, job, team))
+    if refusals:
+        raise BatchRefused(refusals, len(req.jobs))
+    return records
+
+
 def _add_job_routes(app: FastAPI, plane: PlaneAccess, private_root: Path | None) -> None:
-    """Health, submit, list, get, cancel, why, logs."""
+    """Health, submit (one job, or a batch), list, get, cancel, why, logs."""
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -245,6 +281,13 @@ def _add_job_routes(app: FastAPI, plane: PlaneAccess, private_root: Path | None)
         except SubmitError as exc:
             raise HTTPException(422, {"field": exc.field, "problem": str(exc)}) from exc
         return JSONResponse(view, status_code=201 if created else 200)
+
+    @app.post("/v1/jobs/batch", status_code=201)
+    def submit_batch(req: BatchRequest, who: Who) -> JSONResponse:
+        accepted = plane.submit_many(_batch_records(plane, req, who, private_root))
+        created = sum(1 for _, new in accepted if new)
+        body = {"created": created, "jobs": [{"created": new, "job": view} for view, new in accepted]}
+        return JSONResponse(body, status_code=201 if created else 200)
 
     @app.get("/v1/jobs")
     def list_jobs(

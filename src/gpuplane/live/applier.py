@@ -39,6 +39,7 @@ from gpuplane.live.intents import (
     ScaleUpNote,
     StopOrphan,
     Submit,
+    SubmitMany,
 )
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock
@@ -69,6 +70,8 @@ class PlaneState:
     """When each running job's checkpoint time was last read."""
     workloads: dict[str, Workload] = field(default_factory=dict)
     """The core's view of each live job, kept while the job is (a cache ``ControlPlane`` refreshes)."""
+    by_key: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The id of the job each (team, idempotency key) was accepted with."""
 
 
 @dataclass(slots=True)
@@ -131,6 +134,8 @@ class Applier:
         """Take the jobs a restarted plane reads from its store."""
         for job in jobs:
             self.state.jobs[job.id] = job
+            if job.idempotency_key:
+                self.state.by_key[(job.team, job.idempotency_key)] = job.id
 
 
 class Batch:
@@ -273,10 +278,24 @@ class Batch:
 
     def _submit(self, intent: Submit) -> None:
         job = intent.job
+        self._a.store.add_job(job, self._submission(job))
+        self._accept(job)
+
+    def _submit_many(self, intent: SubmitMany) -> None:
+        jobs = list(intent.jobs)
+        self._a.store.add_jobs(jobs, [self._submission(job) for job in jobs])
+        for job in jobs:
+            self._accept(job)
+
+    def _submission(self, job: JobRecord) -> EventRecord:
+        """A new job queued from its submission time, and its ``submitted`` event."""
         job.queued_time = job.submit_time
-        event = EventRecord(0, self._a.clock(), "job", job.id, job.team, "submitted", {"gpus": gpus_asked(job)})
-        self._a.store.add_job(job, event)
+        return EventRecord(0, self._a.clock(), "job", job.id, job.team, "submitted", {"gpus": gpus_asked(job)})
+
+    def _accept(self, job: JobRecord) -> None:
         self._s.jobs[job.id] = job
+        if job.idempotency_key:
+            self._s.by_key[(job.team, job.idempotency_key)] = job.id
         self._submitted = True
 
     def _cancel(self, intent: Cancel) -> None:
@@ -419,6 +438,7 @@ _HANDLERS: Mapping[type, Callable[[Batch, Any], None]] = {
     RecordWait: Batch._wait,
     MarkReserved: Batch._reserved,
     Submit: Batch._submit,
+    SubmitMany: Batch._submit_many,
     Cancel: Batch._cancel,
     Drain: Batch._drain,
     AssumeStarted: Batch._assume_started,

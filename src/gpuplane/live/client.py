@@ -67,6 +67,12 @@ class Client:
         result: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec)
         return result
 
+    def submit_many(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Submit jobs in one request (``POST /v1/jobs/batch``: all accepted or none); returns ``created`` and each
+        job's ``{"created", "job"}`` in order."""
+        result: dict[str, Any] = self._call("POST", "/v1/jobs/batch", json={"jobs": specs})
+        return result
+
     def jobs(self, state: str | None = None, team: str | None = None) -> list[dict[str, Any]]:
         """Jobs this token may see, of one state and one team when given."""
         params = {k: v for k, v in (("state", state), ("team", team)) if v}

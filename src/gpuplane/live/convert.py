@@ -74,8 +74,13 @@ def pod_cuda_visible(pod: PodPlacement) -> str:
 
 
 def gpus_asked(job: JobRecord) -> float:
-    """GPUs a job asks for: whole GPUs per pod, else its share of a GPU, else one GPU per MIG-sliced pod."""
-    return job.pods * (job.gpus_per_pod or (job.gpu_milli or 1000) / 1000.0)
+    """GPUs a job asks for (``shape_gpus`` of its shape)."""
+    return shape_gpus(job.pods, job.gpus_per_pod, job.gpu_milli)
+
+
+def shape_gpus(pods: int, gpus_per_pod: int, gpu_milli: int | None) -> float:
+    """GPUs ``pods`` pods ask for: whole GPUs per pod, else their share of a GPU, else one GPU per MIG-sliced pod."""
+    return pods * (gpus_per_pod or (gpu_milli or 1000) / 1000.0)
 
 
 def gpus_held(job: JobRecord) -> float:

@@ -120,6 +120,14 @@ class Submit:
 
 
 @dataclass(frozen=True, slots=True)
+class SubmitMany:
+    """Accept jobs that were each checked against the policy (a bulk submission): stored in one transaction,
+    all of them or none, each with the record and event ``Submit`` gives it."""
+
+    jobs: tuple[JobRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Cancel:
     """Cancel a job: at once if it waits, after the grace period if it runs."""
 
@@ -163,6 +171,7 @@ JobIntent = (
     | RecordWait
     | MarkReserved
     | Submit
+    | SubmitMany
     | Cancel
     | Drain
     | AssumeStarted

@@ -22,6 +22,8 @@ MAX_ENTRYPOINT_ARGS = 1024
 MAX_ARG_CHARS = 8192
 MAX_ENV_VARS = 256
 MAX_ENV_VALUE_CHARS = 16384
+MAX_BATCH_JOBS = 1000
+"""The most jobs one bulk submission (``POST /v1/jobs/batch``) may carry; the body limit applies as well."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -6,14 +6,16 @@ state after every tick. Every instance has its own registry, so several control 
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from operator import attrgetter
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from gpuplane.live.convert import gpus_asked, gpus_held
-from gpuplane.live.records import JobRecord, JobState
+from gpuplane.live.convert import gpus_held, shape_gpus
+from gpuplane.live.records import EventRecord, JobRecord, JobState
 from gpuplane.model.guarantee import owed_gpus
 from gpuplane.policy import PolicySpec
 from gpuplane.telemetry import DeviceReading, JobGauge, ServiceGauges
@@ -29,6 +31,10 @@ _PREEMPT_REASONS = (
     "preempted_for_starved_work",
     "preempted_to_defragment",
 )
+
+
+_SHAPE = attrgetter("team", "pods", "gpus_per_pod", "gpu_milli")
+"""A pending job's queue and shape: the gauges count pending jobs per shape."""
 
 
 class Metrics:
@@ -175,8 +181,10 @@ class Metrics:
         running: dict[str, int] = defaultdict(int)
         dt = 0.0 if self._last_cost_time is None else max(0.0, now - self._last_cost_time)
         self._last_cost_time = now
+        waiting = JobState.PENDING
+        shapes = Tally(map(_SHAPE, [job for job in jobs if job.state is waiting]))
         for job in jobs:
-            if job.state.holds_gpus and job.placement is not None:
+            if job.state is not waiting and job.state.holds_gpus and job.placement is not None:
                 held = gpus_held(job)
                 pool = job.placement.pool
                 allocated[pool] += held
@@ -186,12 +194,12 @@ class Metrics:
                     utilized[pool] += held
                 if dt:
                     self.team_cost.labels(job.team).inc(held * dt * self._price.get(pool, 0.0) / 3600.0)
-            elif job.state is JobState.PENDING:
-                pending_jobs[job.team] += 1
-                asked = gpus_asked(job)
-                pending_gpus[job.team] += asked
-                sizes = pending_sizes[job.team]
-                sizes[asked] = sizes.get(asked, 0) + 1
+        for (team, pods, gpus_per_pod, gpu_milli), count in shapes.items():
+            asked = shape_gpus(pods, gpus_per_pod, gpu_milli)
+            pending_jobs[team] += count
+            pending_gpus[team] += asked * count
+            sizes = pending_sizes[team]
+            sizes[asked] = sizes.get(asked, 0) + count
         for pool in self._pools:
             self.gpus_total.labels(pool).set(gpus_by_pool.get(pool, 0))
             self.gpus_allocated.labels(pool).set(allocated[pool])
@@ -219,6 +227,18 @@ class Metrics:
     def observe_service_gpus(self, services: Mapping[str, ServiceGauges]) -> None:
         """Replace every service's GPU signals with those its replica autoscaler read this tick."""
         self._telemetry.services = dict(services)
+
+    def observe_events(self, events: Iterable[EventRecord]) -> None:
+        """Count events as ``observe_event`` does, the wait changes summed per queue and reason first (the first
+        tick after a bulk submission records one for each new job)."""
+        waits: dict[tuple[str, str], int] = defaultdict(int)
+        for ev in events:
+            if ev.kind == "job" and ev.details.get("decision") == "wait":
+                waits[ev.team or "", ev.reason] += 1
+            else:
+                self.observe_event(ev.kind, ev.reason, ev.team, ev.details)
+        for (queue, reason), count in waits.items():
+            self.wait_changes.labels(queue, reason).inc(count)
 
     def observe_event(self, kind: str, reason: str, team: str | None, details: dict[str, object]) -> None:
         """Count one control-plane event in the matching counter."""

@@ -2,7 +2,8 @@
 
 ``PlaneAccess`` is all ``api.create_app`` sees: it never holds the control plane's lock, store or engine. Queries
 read under the plane's lock here and return JSON-ready values; commands go through the plane's own entry points
-(``ControlPlane.submit``/``cancel``, which hand intents to its applier, and the ``ServiceManager``'s commands).
+(``ControlPlane.submit``/``submit_many``/``cancel``, which hand intents to its applier, and the ``ServiceManager``'s
+commands).
 """
 
 from __future__ import annotations
@@ -156,6 +157,14 @@ class PlaneAccess:
             accepted = existing
         with control.lock:
             return job_view(accepted, control.estimated_start(accepted)), accepted is job
+
+    def submit_many(self, jobs: list[JobRecord]) -> list[tuple[dict[str, Any], bool]]:
+        """Accept every job or none (``ControlPlane.submit_many``: ``BatchRefused`` lists the refused jobs); each
+        accepted job's view and whether it is new (False: its idempotency key was used before)."""
+        control = self._control
+        accepted = control.submit_many(jobs)
+        with control.lock:
+            return [(job_view(job, control.estimated_start(job)), new) for job, new in accepted]
 
     def new_job_id(self) -> str:
         """A fresh job id."""

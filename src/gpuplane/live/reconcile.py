@@ -35,20 +35,28 @@ START_TIMEOUT_S = 300.0
 """An admitted job whose pods have not all started this long after its victims' grace period is requeued."""
 
 
+IDLE_STATES = frozenset(state for state in JobState if state is JobState.PENDING or state.finished)
+"""A job in these states holds no GPUs and the engine runs nothing for it: the tick judges only the others."""
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What one tick observed: the engine's statuses, the nodes, the time, and the checkpoint times read for
-    the running jobs whose refresh was due."""
+    """What one tick observed: the engine's statuses, the nodes, the time, the checkpoint times read for the
+    running jobs whose refresh was due, and the jobs not idle (``IDLE_STATES``) when observed, in submission
+    order. Only the tick makes a job leave the idle states (by admitting it), so by the time the tick judges
+    the runs, ``active`` holds every job not idle (and maybe some that became idle since)."""
 
     now: float
     statuses: Mapping[str, RunStatus]
     nodes: list[ClusterNode]
     checkpoints: Mapping[str, float | None]
+    active: Sequence[JobRecord]
 
 
 def run_intents(jobs: Mapping[str, JobRecord], seen: Observation, grace_s: float) -> list[JobIntent]:
     """Each job judged against its run as the engine reports it (runs first, in the engine's order, then the
-    jobs the engine no longer reports); at most one intent per job, plus checkpoint readings."""
+    jobs the engine no longer reports); at most one intent per job, plus checkpoint readings. Only the active
+    jobs (``seen.active``) can lack a run they should have, so a tick costs the work that runs, not the queue."""
     out: list[JobIntent] = []
     judged: set[str] = set()
     for job_id, status in seen.statuses.items():
@@ -62,8 +70,8 @@ def run_intents(jobs: Mapping[str, JobRecord], seen: Observation, grace_s: float
             judged.add(job_id)
         elif job_id in seen.checkpoints:
             out.append(RecordCheckpoint(job_id, seen.checkpoints[job_id]))
-    for job in jobs.values():
-        if job.id in judged:
+    for job in seen.active:
+        if job.id in judged or job.state in IDLE_STATES:
             continue
         intent = _judge_unreported(job, job.id in seen.statuses, seen.now, grace_s)
         if intent is not None:
@@ -150,6 +158,8 @@ def decision_intents(result: CycleResult, jobs: Mapping[str, JobRecord]) -> list
     reason (the applier records only changes), then the reservations backfill keeps."""
     out: list[JobIntent] = []
     for decision in result.decided:
+        if decision.kind is DecisionKind.WAIT:
+            continue
         job = jobs.get(decision.workload_id)
         if job is None:
             continue
@@ -168,11 +178,13 @@ def wait_intents(result: CycleResult, jobs: Mapping[str, JobRecord]) -> list[Job
     """The pending jobs whose wait reason changed this cycle (their new code with the decision's figures), then
     the reservations backfill keeps."""
     out: list[JobIntent] = []
+    wait, pending = DecisionKind.WAIT, JobState.PENDING
     for decision in result.decided:
-        if decision.kind is DecisionKind.WAIT:
-            code = decision.reason.code.value
-            if _wait_changed(jobs.get(decision.workload_id), code):
-                out.append(RecordWait(decision.workload_id, code, decision.reason.details))
+        if decision.kind is wait:
+            job = jobs.get(decision.workload_id)
+            code = decision.reason.code
+            if job is not None and job.wait_reason != code and job.state is pending:
+                out.append(RecordWait(decision.workload_id, code.value, decision.reason.details))
     blocked = ReasonCode.BLOCKED_BY_QUEUE_HEAD.value
     for workload_id, head, position in result.blocked_tail:
         if _wait_changed(jobs.get(workload_id), blocked):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -204,6 +204,12 @@ class ShadowPlane(ControlPlane):
         """Accept a mirrored job (see ``ControlPlane.submit``); it is marked as the shadow's."""
         job.shadow = True
         return super().submit(job)
+
+    def submit_many(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
+        """Accept mirrored jobs in bulk (see ``ControlPlane.submit_many``); each is marked as the shadow's."""
+        for job in jobs:
+            job.shadow = True
+        return super().submit_many(jobs)
 
     def cancel(self, job_id: str) -> JobRecord:
         """End a mirrored job at once (its real counterpart ended or was withdrawn): nothing runs to wait for."""
