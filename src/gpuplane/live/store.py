@@ -363,8 +363,13 @@ def _job_row(job: JobRecord) -> dict[str, Any]:
         "submit_time": job.submit_time,
         "idempotency_key": job.idempotency_key,
         "spec": _plain({f: getattr(job, f) for f in _SPEC_FIELDS}),
-        "status": _plain({f: getattr(job, f) for f in _STATUS_FIELDS}),
+        "status": _status(job),
     }
+
+
+def _status(job: JobRecord) -> Any:
+    """The stored form of ``job``'s status fields."""
+    return _plain({f: getattr(job, f) for f in _STATUS_FIELDS})
 
 
 _STATUS_UPDATE = (
@@ -378,7 +383,7 @@ def _status_params(job: JobRecord) -> dict[str, Any]:
     return {
         "job_id": job.id,
         "job_state": job.state.value,
-        "job_status": _plain({f: getattr(job, f) for f in _STATUS_FIELDS}),
+        "job_status": _status(job),
     }
 
 

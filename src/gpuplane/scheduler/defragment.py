@@ -118,26 +118,23 @@ def _open_one(
     cap = st.cap
     g = r.gpus_per_pod
     by_node = st.victims.by_node
-    candidates: list[tuple[tuple[float, float], int, list[RunEntry]]] = []
+    candidates: list[tuple[tuple[int, float], int, list[RunEntry]]] = []
     for free in range(g - 1, -1, -1):
         for node in pool.buckets[free]:
             if node in opened:
                 continue
-            chosen = _runs_to_move(st, r, by_node.get(node, ()), g - free, moved)
-            if chosen is None:
+            found = _runs_to_move(st, r, by_node.get(node, ()), g - free, moved)
+            if found is None or found[0][0] > budget:
                 continue
-            gpus = sum(e.gpus for e in chosen)
-            if gpus > budget:
-                continue
-            lost = sum(e.gpus * e.lost_work_s(st.now) for e in chosen)
-            candidates.append(((gpus, lost), node, chosen))
+            cost, chosen = found
+            candidates.append((cost, node, chosen))
             if len(candidates) >= CANDIDATE_NODES:
                 break
         if len(candidates) >= CANDIDATE_NODES:
             break
     candidates.sort(key=lambda c: (c[0], c[1]))
     before = pool.pods_capacity(g)
-    for _, node, chosen in candidates[:CANDIDATE_NODES]:
+    for _, node, chosen in candidates:
         mark = cap.mark()
         for e in chosen:
             st.free_slots(e.slots)
@@ -157,37 +154,37 @@ def _open_one(
 
 def _runs_to_move(
     st: CycleState, r: Resolved, on_node: Sequence[NodeVictim], deficit: int, moved: set[str]
-) -> list[RunEntry] | None:
+) -> tuple[tuple[int, float], list[RunEntry]] | None:
     """The movable runs of one node that free at least ``deficit`` GPUs with the fewest GPUs moved, then the least
-    work lost, or None. A node holds a handful of runs, so every subset of up to ``SUBSET_RUNS`` of them is tried."""
+    work lost (GPU-seconds), with that cost, or None. A node holds a handful of runs, so every subset of up to
+    ``SUBSET_RUNS`` of them is tried."""
     now = st.now
-    movable: list[RunEntry] = []
+    movable: list[tuple[int, float, str, RunEntry]] = []
     for _rank, e, _gpus, _group in on_node:
         if e.evicted or e.id in moved or len(e.slots) != 1 or e.slots[0][2] is not None or e.spread_group is not None:
             continue
         if e.tier is None or e.tier.value > r.priority:
             continue
-        movable.append(e)
-    if sum(len(e.slots[0][1]) for e in movable) < deficit:
+        movable.append((len(e.slots[0][1]), e.lost_work_s(now), e.id, e))
+    if sum(gpus for gpus, *_ in movable) < deficit:
         return None
-    movable.sort(key=lambda e: (len(e.slots[0][1]), e.lost_work_s(now), e.id))
+    movable.sort(key=lambda m: m[:3])
     if len(movable) > SUBSET_RUNS:
-        chosen: list[RunEntry] = []
-        freed = 0
-        for e in movable:
-            chosen.append(e)
-            freed += len(e.slots[0][1])
+        freed, lost = 0, 0.0
+        for count, (gpus, run_lost, _id, _e) in enumerate(movable, 1):
+            freed += gpus
+            lost += gpus * run_lost
             if freed >= deficit:
-                return chosen
+                return (freed, lost), [m[3] for m in movable[:count]]
         return None
-    best: tuple[tuple[int, float], tuple[RunEntry, ...]] | None = None
+    best: tuple[tuple[int, float], tuple[tuple[int, float, str, RunEntry], ...]] | None = None
     for size in range(1, len(movable) + 1):
         for subset in combinations(movable, size):
-            gpus = sum(len(e.slots[0][1]) for e in subset)
+            gpus = sum(m[0] for m in subset)
             if gpus < deficit:
                 continue
-            cost = (gpus, sum(len(e.slots[0][1]) * e.lost_work_s(now) for e in subset))
+            cost = (gpus, sum(m[0] * m[1] for m in subset))
             if best is None or cost < best[0]:
                 best = (cost, subset)
     assert best is not None
-    return list(best[1])
+    return best[0], [m[3] for m in best[1]]
