@@ -189,6 +189,10 @@ def wait_intents(result: CycleResult, jobs: Mapping[str, JobRecord]) -> list[Job
     for workload_id, head, position in result.blocked_tail:
         if _wait_changed(jobs.get(workload_id), blocked):
             out.append(RecordWait(workload_id, blocked, {"head": head, "position": position}))
+    for queue in result.settled:
+        for index, (workload_id, code) in enumerate(queue.codes()):
+            if _wait_changed(jobs.get(workload_id), code.value):
+                out.append(RecordWait(workload_id, code.value, queue.reason(index).details))
     out.extend(MarkReserved(view.workload_id) for view in result.reservations)
     return out
 

@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -31,9 +31,10 @@ from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
 from gpuplane.scheduler.defragment import DefragPlan, plan_defragmentation
 from gpuplane.scheduler.index import PolicyIndex
-from gpuplane.scheduler.preemption import plan_preemption
+from gpuplane.scheduler.preemption import plan_preemption, refused_at_once
 from gpuplane.scheduler.reasons import make_reason
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay
+from gpuplane.scheduler.settled import HeapKey, Outcome, Parking, SettledQueue, heap_key, no_pool_details, with_settled
 from gpuplane.scheduler.state import CycleState, Reservation, RunEntry
 
 _FAILURE_RANK = {
@@ -60,11 +61,6 @@ def behind_head(head: str, position: int) -> Reason:
     return make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
 
 
-HeapKey = tuple[int, int, float, float, float, str, str, int]
-"""A queue head in the cycle's heap: tier, not promoted, level and share (in the policy's order), submission,
-id, queue name, position."""
-
-
 @dataclass(frozen=True, slots=True)
 class ReservationView:
     """A reservation as reported to users: who, where, from when, how many GPUs are held free."""
@@ -84,10 +80,17 @@ class CycleResult:
     reservations: tuple[ReservationView, ...]
     blocked_tail: tuple[tuple[str, str, int], ...] = ()
     """Workloads decided in bulk (strict mode, every pool blocked): (workload, blocking head, position)."""
+    settled: tuple[SettledQueue, ...] = ()
+    """Waits decided in bulk while nothing could change what they wait for (``scheduler.settled``)."""
+    decided_keys: tuple[HeapKey, ...] = ()
+    """The heap key each of ``decided`` was taken at, which places the settled waits among them."""
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
-        """Every decision: those taken one by one, then a BLOCKED_BY_QUEUE_HEAD wait for each of the tail."""
+        """Every decision in the order taken: those taken one by one with the settled waits among them, then a
+        BLOCKED_BY_QUEUE_HEAD wait for each of the strict tail."""
+        if self.settled:
+            return with_settled(self.decided, self.decided_keys, self.settled)
         if not self.blocked_tail:
             return self.decided
         tail = tuple(
@@ -103,7 +106,12 @@ class CycleResult:
     @property
     def decision_count(self) -> int:
         """How many decisions the cycle took, without building the bulk-decided ones."""
-        return len(self.decided) + len(self.blocked_tail)
+        return len(self.decided) + len(self.blocked_tail) + sum(len(q) for q in self.settled)
+
+    def settled_waits(self) -> Iterator[tuple[str, ReasonCode]]:
+        """(workload id, wait code) of every settled wait, without building their decisions."""
+        for queue in self.settled:
+            yield from queue.codes()
 
     @property
     def admitted(self) -> list[Decision]:
@@ -186,6 +194,22 @@ class _Cycle:
         """Defragmentation searches that failed (queue, tier, pod shape, pools), with the number of admissions the
         cycle had made then: the same search fails again while no admission has changed the state since."""
         self.admissions = 0
+        self.memo_entries = 0
+        self.quiet: dict[tuple[object, ...], Outcome] = {}
+        """``_quiet_wait``'s outcomes per shape (preemption key, pods, preemptible, options) until the next admission
+        (with ``spare_longer_waiting`` a search depends on each workload's wait: nothing is kept then)."""
+        self.loud: set[tuple[object, ...]] = set()
+        """Shapes ``_quiet_wait`` found may change the state, until the next admission or failed search."""
+        self.refused: set[tuple[object, ...]] = set()
+        """(preemption key, pods) whose search ``preemption.refused_at_once`` showed would fail, until the next
+        admission: the search itself is not run again."""
+        self.may_search_ahead = self.preemption and self.search_bound is None and not self.spare_longer_waiting
+        """Failed preemption searches remembered so far: more of them can only make more workloads wait quietly."""
+        self.parking = Parking(self.levels_first, 2 * len(pending) + 1000) if self.mode != "strict" else None
+        """Queues whose rest waits quietly, out of the heap until the next admission (``scheduler.settled``); not in
+        strict mode (its own bulk tail) nor in the reference cycle (``incremental=False``)."""
+        if not state.incremental:
+            self.parking = None
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
@@ -211,6 +235,8 @@ class _Cycle:
             items.sort(key=_queue_order)
             heap.append(self._key(items[0], name, 0))
         heapq.heapify(heap)
+        parking = self.parking
+        keys: list[HeapKey] = []
         while heap:
             top = heap[0]
             name, pos = top[6], top[7]
@@ -218,54 +244,119 @@ class _Cycle:
             head = items[pos]
             items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
             assert head is not None
+            admissions, at = self.admissions, len(self.decisions)
+            if parking is not None and parking.parked:
+                parking.settle_before(top, at, self._searched)
             self._decide(head, pos)
+            if parking is not None:
+                taken = len(self.decisions) - at
+                if taken == 1:
+                    keys.append(top)
+                else:
+                    keys.extend([top] * taken)
             if self.mode == "strict" and name in self.blocked_queues:
                 self._drain(items, pos + 1, self.blocked_queues[name])
                 heapq.heappop(heap)
             elif pos + 1 < len(items):
-                heapq.heapreplace(heap, self._key(items[pos + 1], name, pos + 1))
+                following = self._key(items[pos + 1], name, pos + 1)
+                if (
+                    parking is not None
+                    and self.admissions == admissions
+                    and self.decisions[-1].kind is DecisionKind.WAIT
+                    and parking.try_park(
+                        name,
+                        items,
+                        pos + 1,
+                        following,
+                        self._share(head, name),
+                        self._quiet_wait,
+                        admissions,
+                        self.memo_entries,
+                        len(self.decisions),
+                    )
+                ):
+                    heapq.heappop(heap)
+                else:
+                    heapq.heapreplace(heap, following)
             else:
                 heapq.heappop(heap)
+            if parking is not None and parking.parked and self.admissions != admissions:
+                parking.unpark(heap)
             if self.mode == "strict" and len(self.blocked_pools) == self.all_pools:
                 self._drain_blocked(queues, heap)
                 break
+        settled: tuple[SettledQueue, ...] = ()
+        if parking is not None:
+            parking.settle_before(None, len(self.decisions), self._searched)
+            settled = tuple(parking.settled)
         views = tuple(
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
         )
-        return CycleResult(self.st.now, tuple(self.decisions), views, tuple(self.tail))
+        return CycleResult(self.st.now, tuple(self.decisions), views, tuple(self.tail), settled, tuple(keys))
 
     def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
-        """Heap order of a queue head: tier, promoted first, attained-service level, the queue's weighted dominant
-        share (the share before the level when levels order only within a queue), submission. Promoted work is
-        ordered by submission alone."""
+        """Heap order of a queue head (``settled.heap_key``) with the queue's current share."""
         assert r is not None
-        share = 0.0
-        if r.promoted:
-            return (-r.priority, 0, 0.0, share, r.workload.submit_time, r.workload.id, name, pos)
-        if self.fair:
-            version = self.st.ledger.queue_version[name]
-            cached = self.shares.get(name)
-            if cached is None or cached[0] != version:
-                cached = (version, self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity))
-                self.shares[name] = cached
-            share = cached[1]
-        if self.levels_first:
-            return (-r.priority, 1, r.level, share, r.workload.submit_time, r.workload.id, name, pos)
-        return (-r.priority, 1, share, r.level, r.workload.submit_time, r.workload.id, name, pos)
+        return heap_key(r, name, pos, 0.0 if r.promoted else self._share(r, name), self.levels_first)
+
+    def _share(self, r: Resolved, name: str) -> float:
+        """The weighted dominant share of ``r``'s queue now (0 without fair sharing), kept per queue version."""
+        if not self.fair:
+            return 0.0
+        version = self.st.ledger.queue_version[name]
+        cached = self.shares.get(name)
+        if cached is None or cached[0] != version:
+            cached = (version, self.st.ledger.dominant_share(r.queue, self.st.flavor_capacity))
+            self.shares[name] = cached
+        return cached[1]
+
+    # -- the settled rest -------------------------------------------------------------------------------
+    def _quiet_wait(self, r: Resolved) -> Outcome | None:
+        """How ``r`` would wait if decided now without changing anything, or None when deciding it might change
+        the state: what ``_decide`` does for a workload with no eligible pool, or with one option whose quota
+        check fails and whose preemption search fails (remembered as failed this cycle, or refused at its cheap
+        tests: ``preemption.refused_at_once``)."""
+        if not r.options:
+            return ReasonCode.NO_ELIGIBLE_POOL, None, False
+        group = (r.preemption_key, r.required, r.preemptible, len(r.options))
+        known = self.quiet.get(group)
+        if known is not None:
+            return known
+        if group in self.loud or len(r.options) != 1:
+            return None
+        only = r.options[0]
+        verdict = self.st.ledger.check(r.queue, only.flavor, only.milli * r.required, r.preemptible)
+        outcome: Outcome | None = None
+        if not verdict.ok:
+            assert verdict.code is not None
+            if not self.preemption or self._search_known_to_fail(r):
+                outcome = verdict.code, verdict.details, False
+            elif self.may_search_ahead and refused_at_once(self.st, r):
+                self.refused.add((r.preemption_key, r.required))
+                outcome = verdict.code, verdict.details, True
+        if not self.spare_longer_waiting:
+            if outcome is None:
+                self.loud.add(group)
+            else:
+                self.quiet[group] = outcome
+        return outcome
+
+    def _searched(self, r: Resolved) -> None:
+        """A settled workload whose preemption search would have failed: remember the failure as its search would."""
+        if self._search_known_to_fail(r):
+            return
+        self.preempt_memo.setdefault(r.preemption_key, []).append((r.required, 0.0))
+        self._remembered()
+
+    def _remembered(self) -> None:
+        self.memo_entries += 1
+        self.loud.clear()
 
     # -- 4-6: one head ----------------------------------------------------------------------------------
     def _decide(self, r: Resolved, position: int) -> None:
         if not r.options:
-            self._wait(
-                r.id,
-                ReasonCode.NO_ELIGIBLE_POOL,
-                {
-                    "queue": r.queue.name,
-                    "pools": "; ".join(f"{p}: {why}" for p, why in r.rejected_pools.items()),
-                    "rejected_pools": dict(r.rejected_pools),
-                },
-            )
+            self._wait(r.id, ReasonCode.NO_ELIGIBLE_POOL, no_pool_details(r))
             return
         if self.mode == "strict":
             head = self.blocked_queues.get(r.queue.name) or next(
@@ -334,6 +425,9 @@ class _Cycle:
     ) -> None:
         st = self.st
         self.admissions += 1
+        self.quiet.clear()
+        self.loud.clear()
+        self.refused.clear()
         st.cap.commit()
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
         st.admitted(
@@ -392,15 +486,21 @@ class _Cycle:
             )
         )
 
-    def _try_preemption(self, r: Resolved) -> bool:
-        key = r.preemption_key
-        failed = self.preempt_memo.get(key)
+    def _search_known_to_fail(self, r: Resolved) -> bool:
+        """A preemption search for ``r`` failed this cycle already: one with as many GPUs and no longer a wait."""
+        failed = self.preempt_memo.get(r.preemption_key)
+        if failed is None:
+            return False
         waited = r.waited_s(self.st.now) if self.spare_longer_waiting else 0.0
-        if failed is not None:
-            required = r.required
-            for need, w in failed:
-                if required >= need and waited <= w:
-                    return False
+        required = r.required
+        return any(required >= need and waited <= w for need, w in failed)
+
+    def _try_preemption(self, r: Resolved) -> bool:
+        if self._search_known_to_fail(r):
+            return False
+        if (r.preemption_key, r.required) in self.refused:
+            self._searched(r)
+            return False
         if self.search_bound is not None:
             done = self.searches.get(r.queue.name, 0)
             if done >= self.search_bound:
@@ -409,7 +509,9 @@ class _Cycle:
             self.searches[r.queue.name] = done + 1
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
-            self.preempt_memo.setdefault(key, []).append((r.required, waited))
+            waited = r.waited_s(self.st.now) if self.spare_longer_waiting else 0.0
+            self.preempt_memo.setdefault(r.preemption_key, []).append((r.required, waited))
+            self._remembered()
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
         for victim in plan.victims:

@@ -287,6 +287,22 @@ def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> Preempti
         admitter.end_trial()
 
 
+def refused_at_once(st: CycleState, r: Resolved) -> bool:
+    """Whether ``plan_preemption`` would fail for ``r`` at its cheap necessary tests on every option (no allowed
+    victim, the quota refuses whatever it stops, or no node could be made whole), without stopping any victim
+    tentatively: a search that changes nothing, which a cycle may run ahead of its turn."""
+    for option in r.options:
+        sources, _ = _sources(st, r, option)
+        if not _enough(st, r, option, sources):
+            continue
+        if r.gpus_per_pod > 1 and r.mig_profile is None and r.gpu_milli is None:
+            costs = _clearing_costs(st, r, option, sources)
+            if _clearable_pods(st, r, option, costs) < r.required:
+                continue
+        return False
+    return True
+
+
 def _fits(admitter: Admitter, r: Resolved, option: FlavorOption) -> bool:
     return admitter.could_fit(r, option) and admitter.try_option(r, option, commit=False)[0] is not None
 

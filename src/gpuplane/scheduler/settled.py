@@ -1,0 +1,251 @@
+"""Waiting work decided in bulk, while nothing in the cycle could change what it waits for.
+
+In an oversubscribed cluster most of a cycle is spent telling thousands of waiting workloads that their
+queue's quota is still used up. A cycle decides its queue heads one at a time in heap order. When every
+undecided workload of a queue would wait without changing anything (its quota verdict fails against the ledger
+as it stands, and a preemption search for its shape already failed this cycle, or no pool can take it), the
+queue is parked: taken out of the heap, its workloads' outcomes kept. Only an admission (with its
+preemptions or moves) changes the ledger; just before one is recorded, every parked workload the heap would
+have popped first is settled with the outcome it had, and each parked queue's next workload goes back into the
+heap with the key it would have had. The decisions are therefore exactly the one-by-one cycle's, in its order
+(the property tests compare both), and are built only when someone reads them: runtimes that need only the
+wait codes (the simulator) never build them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
+from gpuplane.scheduler.reasons import make_reason
+from gpuplane.scheduler.resolve import Resolved
+
+HeapKey = tuple[int, int, float, float, float, str, str, int]
+"""A queue head in the cycle's heap: tier, not promoted, level and share (in the policy's order), submission,
+id, queue name, position."""
+
+
+def heap_key(r: Resolved, name: str, position: int, share: float, levels_first: bool) -> HeapKey:
+    """Heap order of a queue head: tier, promoted first, attained-service level, the queue's weighted dominant
+    share (the share before the level when levels order only within a queue), submission. Promoted work is
+    ordered by submission alone."""
+    if r.promoted:
+        return (-r.priority, 0, 0.0, 0.0, r.workload.submit_time, r.workload.id, name, position)
+    if levels_first:
+        return (-r.priority, 1, r.level, share, r.workload.submit_time, r.workload.id, name, position)
+    return (-r.priority, 1, share, r.level, r.workload.submit_time, r.workload.id, name, position)
+
+
+def no_pool_details(r: Resolved) -> dict[str, Any]:
+    """The figures of a NO_ELIGIBLE_POOL wait: the queue and why each of its pools refuses the workload."""
+    return {
+        "queue": r.queue.name,
+        "pools": "; ".join(f"{p}: {why}" for p, why in r.rejected_pools.items()),
+        "rejected_pools": dict(r.rejected_pools),
+    }
+
+
+SettledWait = tuple[Resolved, int, ReasonCode, Mapping[str, Any] | None]
+"""One workload decided in bulk: its resolution, its position in its queue, its wait code, and the quota
+verdict's shared figures (None for NO_ELIGIBLE_POOL, whose figures come from the resolution)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SettledQueue:
+    """A run of one queue's workloads settled from its parking: every one waits."""
+
+    queue: str
+    head_key: HeapKey
+    """The heap key the first of them had in the cycle's heap."""
+    share: float
+    """The queue's share while it was parked, which orders the workloads after the first."""
+    levels_first: bool
+    waits: tuple[SettledWait, ...]
+    parked_at: int
+    """How many decisions the cycle had taken one by one when the queue was parked."""
+    released_at: int
+    """... and when it was released: these waits fall between the two."""
+
+    def __len__(self) -> int:
+        return len(self.waits)
+
+    def codes(self) -> Iterator[tuple[str, ReasonCode]]:
+        """(workload id, wait code) of every workload, without building a decision."""
+        for r, _position, code, _details in self.waits:
+            yield r.workload.id, code
+
+    def reason(self, index: int) -> Reason:
+        """The reason of the ``index``-th wait, as the cycle would have given it one by one."""
+        r, position, code, details = self.waits[index]
+        if details is None:
+            return make_reason(code, no_pool_details(r))
+        return make_reason(code, {**details, "queue": self.queue, "queue_position": position})
+
+    def keyed(self) -> Iterator[tuple[HeapKey, int]]:
+        """(heap key, index) of every wait, in the queue's own order."""
+        for index, (r, position, _code, _details) in enumerate(self.waits):
+            if index == 0:
+                yield self.head_key, 0
+            else:
+                yield heap_key(r, self.queue, position, self.share, self.levels_first), index
+
+
+def with_settled(
+    decided: tuple[Decision, ...], keys: tuple[HeapKey, ...], settled: tuple[SettledQueue, ...]
+) -> tuple[Decision, ...]:
+    """Every decision in the order the cycle would have taken them one by one.
+
+    ``keys`` holds the heap key each one-by-one decision was taken at. A parked workload stays in the heap (of
+    the one-by-one cycle) from its queue's parking to its release, so it is popped just before the first
+    decision of that span whose key is above its own, or at the release: the decision that changed the state,
+    or the end. Parked workloads popped at the same point go in key order (keys are unique: they end in queue
+    and position)."""
+    before: dict[int, list[tuple[HeapKey, SettledQueue, int]]] = {}
+    for q in settled:
+        point = q.parked_at
+        for key, index in q.keyed():
+            while point < q.released_at and keys[point] < key:
+                point += 1
+            before.setdefault(point, []).append((key, q, index))
+    out: list[Decision] = []
+    for i in range(len(decided) + 1):
+        group = before.get(i)
+        if group is not None:
+            group.sort(key=lambda item: item[0])
+            out.extend(Decision(DecisionKind.WAIT, q.waits[n][0].workload.id, q.reason(n)) for _, q, n in group)
+        if i < len(decided):
+            out.append(decided[i])
+    return tuple(out)
+
+
+Outcome = tuple[ReasonCode, Mapping[str, Any] | None, bool]
+"""How a workload waits when decided now without changing anything: its code, the quota verdict's figures, and
+whether deciding it one by one would have run a preemption search that fails (and remembered the failure)."""
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What is known of one queue's undecided workloads since the cycle's last admission: those from ``base`` on
+    wait quietly (``outcomes``), up to the first that might not, if one was found (``blocked_at`` failed searches
+    remembered then: more of them may make it wait quietly too)."""
+
+    admissions: int
+    base: int
+    outcomes: list[Outcome] = field(default_factory=list)
+    blocked_at: int | None = None
+
+
+@dataclass(slots=True)
+class _Parked:
+    name: str
+    items: list[Resolved | None]
+    head: int
+    head_key: HeapKey
+    share: float
+    scan: _Scan
+    parked_at: int
+
+
+class Parking:
+    """The cycle's parked queues and the waits settled from them."""
+
+    def __init__(self, levels_first: bool, budget: int) -> None:
+        self.levels_first = levels_first
+        self.budget = budget
+        """Workloads the scans may still look at this cycle: a scan that meets a workload that may change the
+        state has cost its length for nothing, so a cycle looks at most at about twice its queue."""
+        self.parked: dict[str, _Parked] = {}
+        self.settled: list[SettledQueue] = []
+        self._scans: dict[str, _Scan] = {}
+
+    def try_park(
+        self,
+        name: str,
+        items: list[Resolved | None],
+        head: int,
+        head_key: HeapKey,
+        share: float,
+        quiet: Callable[[Resolved], Outcome | None],
+        admissions: int,
+        searches_failed: int,
+        decided: int,
+    ) -> bool:
+        """Park queue ``name`` when every workload from ``head`` on waits quietly: True, and the caller takes the
+        queue out of its heap. ``admissions`` and ``searches_failed`` count the cycle's changes so far, ``decided``
+        its decisions taken one by one."""
+        scan = self._scans.get(name)
+        if scan is None or scan.admissions != admissions or head > scan.base + len(scan.outcomes):
+            scan = self._scans[name] = _Scan(admissions, head)
+        elif scan.blocked_at == searches_failed:
+            return False
+        if self.budget <= 0:
+            return False
+        outcomes = scan.outcomes
+        start = scan.base + len(outcomes)
+        for position in range(start, len(items)):
+            r = items[position]
+            assert r is not None
+            outcome = quiet(r)
+            if outcome is None:
+                self.budget -= position - start + 1
+                scan.blocked_at = searches_failed
+                return False
+            outcomes.append(outcome)
+        self.budget -= len(items) - start
+        scan.blocked_at = None
+        self.parked[name] = _Parked(name, items, head, head_key, share, scan, decided)
+        return True
+
+    def settle_before(self, before: HeapKey | None, at: int, searched: Callable[[Resolved], None]) -> None:
+        """Settle every parked workload the heap would pop before heap key ``before`` (None: all of them), as waits
+        preceding one-by-one decision number ``at``; the queues stay parked from their next workload on.
+        ``searched`` is told of each settled workload whose search would have failed, in order, so that the
+        cycle remembers the failure as deciding it one by one would have."""
+        for name in list(self.parked):
+            q = self.parked[name]
+            items, share = q.items, q.share
+            if before is not None and q.head_key > before:
+                continue
+            end = len(items) if before is None else self._first_after(q, before)
+            base, outcomes = q.scan.base, q.scan.outcomes
+            waits = []
+            for position in range(q.head, end):
+                r = items[position]
+                assert r is not None
+                code, details, search = outcomes[position - base]
+                if search:
+                    searched(r)
+                waits.append((r, position, code, details))
+            self.settled.append(SettledQueue(name, q.head_key, share, self.levels_first, tuple(waits), q.parked_at, at))
+            if end < len(items):
+                q.head = end
+                q.head_key = heap_key(_at(items, end), name, end, share, self.levels_first)
+            else:
+                del self.parked[name]
+
+    def unpark(self, heap: list[HeapKey]) -> None:
+        """The state changed: every parked queue's next workload goes back into ``heap`` with the key it has had
+        since it became its queue's head."""
+        for q in self.parked.values():
+            heapq.heappush(heap, q.head_key)
+        self.parked.clear()
+
+    def _first_after(self, q: _Parked, before: HeapKey) -> int:
+        """The first position after the head whose key is above ``before`` (keys after the head rise: one share)."""
+        lo, hi = q.head + 1, len(q.items)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if heap_key(_at(q.items, mid), q.name, mid, q.share, self.levels_first) < before:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+
+def _at(items: list[Resolved | None], position: int) -> Resolved:
+    r = items[position]
+    assert r is not None
+    return r

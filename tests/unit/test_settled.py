@@ -1,0 +1,87 @@
+"""A cycle decides its undecided rest in bulk once none of it could change the state (``scheduler.settled``).
+
+The settled waits must be exactly the decisions the cycle would have taken one head at a time (the full
+cycle, ``incremental=False``, never settles): the same workloads, codes, figures and order.
+"""
+
+from __future__ import annotations
+
+from gpuplane.model import ClusterSnapshot, DecisionKind, Placement, PodPlacement, RunningWorkload
+from gpuplane.scheduler import PolicyIndex, schedule
+from gpuplane.scheduler.cycle import run_cycle
+from gpuplane.scheduler.state import CycleState
+from tests.unit.fixtures import job, nodes, policy
+
+
+def _full_cluster() -> tuple[PolicyIndex, list, list[RunningWorkload]]:  # type: ignore[type-arg]
+    """Eight 8-GPU nodes: team a holds its nominal 32 GPUs on four, team b its nominal 32 on the other four."""
+    p = policy()
+    node_list = nodes(p, train=8)
+    running = [
+        RunningWorkload(
+            job(f"{team}-run{i}", team, t=-100.0),
+            Placement("train", "h100", (PodPlacement(f"train-{i + (0 if team == 'a' else 4):04d}", tuple(range(8))),)),
+            -100.0,
+        )
+        for team in ("a", "b")
+        for i in range(4)
+    ]
+    return PolicyIndex(p), node_list, running
+
+
+def test_a_saturated_cycle_settles_and_decides_as_the_full_cycle() -> None:
+    """200 jobs of team a wait for the cohort's quota (every GPU is held within nominal quotas): after the first
+    head's search fails the rest is decided in bulk, with the decisions of the cycle that steps every head."""
+    index, node_list, running = _full_cluster()
+    pending = [job(f"a{i}", "a", gpus=1 + i % 3, klass="batch", t=float(i)) for i in range(120)]
+    pending += [job(f"b{i}", "b", gpus=2, klass="batch", t=float(i) + 0.5) for i in range(80)]
+    snapshot = ClusterSnapshot(0.0, node_list, running, pending)
+    result = schedule(index, snapshot)
+    full = schedule(index, snapshot, incremental=False)
+    assert not full.settled
+    assert result.settled, "the cycle stepped through every waiting head"
+    settled = sum(len(q) for q in result.settled)
+    assert settled >= 190 and len(result.decided) + settled == 200 == result.decision_count
+    assert result.decisions == full.decisions
+    assert dict(result.settled_waits()) == {
+        d.workload_id: d.reason.code for d in full.decisions if d.workload_id in dict(result.settled_waits())
+    }
+    assert {code.value for _, code in result.settled_waits()} == {"cohort_quota_exhausted"}
+
+
+def test_a_workload_that_may_still_be_admitted_keeps_the_cycle_stepping() -> None:
+    """Team b's GPU frees up; its 8-GPU head waits for the cohort's quota, but a 1-GPU job behind it fits b's
+    nominal quota: the cycle may not settle before that job is admitted, then settles the rest."""
+    index, node_list, running = _full_cluster()
+    running = [r for r in running if r.workload.id != "b-run3"]
+    running.append(
+        RunningWorkload(
+            job("b-small", "b", gpus=7, t=-100.0),
+            Placement("train", "h100", (PodPlacement("train-0007", tuple(range(7))),)),
+            -100.0,
+        )
+    )
+    pending = [job(f"a{i}", "a", gpus=2, t=float(i)) for i in range(50)]
+    pending += [job("b-big", "b", gpus=8, t=1.0), job("b-one", "b", gpus=1, t=60.0)]
+    snapshot = ClusterSnapshot(0.0, node_list, running, pending)
+    result = schedule(index, snapshot)
+    assert result.decisions == schedule(index, snapshot, incremental=False).decisions
+    admitted = [d.workload_id for d in result.decisions if d.kind is DecisionKind.ADMIT]
+    assert admitted == ["b-one"]
+    assert "b-one" in {d.workload_id for d in result.decided}
+    assert result.settled
+
+
+def test_a_kept_state_settles_cycle_after_cycle_as_a_fresh_snapshot_does() -> None:
+    """The simulator's long-lived state: each cycle's settled waits equal a fresh full cycle's decisions."""
+    index, node_list, running = _full_cluster()
+    kept = CycleState(index, node_list, 0.0)
+    kept.load(running)
+    pending = [job(f"a{i}", "a", gpus=1, t=float(i)) for i in range(40)]
+    for step in range(3):
+        now = 30.0 * step
+        pending = pending + [job(f"b{step}-{i}", "b", gpus=4, t=now) for i in range(10)]
+        result = run_cycle(kept, now, pending)
+        full = schedule(index, ClusterSnapshot(now, node_list, running, pending), incremental=False)
+        assert result.settled
+        assert result.decisions == full.decisions
