@@ -48,14 +48,16 @@ def no_pool_details(r: Resolved) -> dict[str, Any]:
     }
 
 
-SettledWait = tuple[Resolved, int, ReasonCode, Mapping[str, Any] | None]
-"""One workload decided in bulk: its resolution, its position in its queue, its wait code, and the quota
-verdict's shared figures (None for NO_ELIGIBLE_POOL, whose figures come from the resolution)."""
+Outcome = tuple[ReasonCode, Mapping[str, Any] | None, bool]
+"""How a workload waits when decided now without changing anything: its code, the quota verdict's figures (None
+for NO_ELIGIBLE_POOL, whose figures come from the resolution), and whether deciding it one by one would run a
+preemption search that fails (and remember the failure)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SettledQueue:
-    """A run of one queue's workloads settled from its parking: every one waits."""
+    """A run of one queue's workloads settled from its parking (positions ``start`` to ``end``): every one waits.
+    A view on the cycle's queue and its scan, so that settling costs nothing per workload."""
 
     queue: str
     head_key: HeapKey
@@ -63,34 +65,44 @@ class SettledQueue:
     share: float
     """The queue's share while it was parked, which orders the workloads after the first."""
     levels_first: bool
-    waits: tuple[SettledWait, ...]
+    items: list[Resolved | None]
+    start: int
+    end: int
+    outcomes: list[Outcome]
+    base: int
+    """The position of ``outcomes[0]`` in the queue."""
     parked_at: int
     """How many decisions the cycle had taken one by one when the queue was parked."""
     released_at: int
-    """... and when it was released: these waits fall between the two."""
+    """... and when these were settled: they fall between the two."""
 
     def __len__(self) -> int:
-        return len(self.waits)
+        return self.end - self.start
+
+    def workload(self, index: int) -> Resolved:
+        """The ``index``-th settled workload."""
+        return _at(self.items, self.start + index)
 
     def codes(self) -> Iterator[tuple[str, ReasonCode]]:
         """(workload id, wait code) of every workload, without building a decision."""
-        for r, _position, code, _details in self.waits:
-            yield r.workload.id, code
+        items, outcomes, shift = self.items, self.outcomes, self.base
+        for position in range(self.start, self.end):
+            yield _at(items, position).workload.id, outcomes[position - shift][0]
 
     def reason(self, index: int) -> Reason:
         """The reason of the ``index``-th wait, as the cycle would have given it one by one."""
-        r, position, code, details = self.waits[index]
+        position = self.start + index
+        code, details, _ = self.outcomes[position - self.base]
         if details is None:
-            return make_reason(code, no_pool_details(r))
+            return make_reason(code, no_pool_details(self.workload(index)))
         return make_reason(code, {**details, "queue": self.queue, "queue_position": position})
 
     def keyed(self) -> Iterator[tuple[HeapKey, int]]:
         """(heap key, index) of every wait, in the queue's own order."""
-        for index, (r, position, _code, _details) in enumerate(self.waits):
-            if index == 0:
-                yield self.head_key, 0
-            else:
-                yield heap_key(r, self.queue, position, self.share, self.levels_first), index
+        yield self.head_key, 0
+        for position in range(self.start + 1, self.end):
+            key = heap_key(_at(self.items, position), self.queue, position, self.share, self.levels_first)
+            yield key, position - self.start
 
 
 def with_settled(
@@ -115,15 +127,10 @@ def with_settled(
         group = before.get(i)
         if group is not None:
             group.sort(key=lambda item: item[0])
-            out.extend(Decision(DecisionKind.WAIT, q.waits[n][0].workload.id, q.reason(n)) for _, q, n in group)
+            out.extend(Decision(DecisionKind.WAIT, q.workload(n).workload.id, q.reason(n)) for _, q, n in group)
         if i < len(decided):
             out.append(decided[i])
     return tuple(out)
-
-
-Outcome = tuple[ReasonCode, Mapping[str, Any] | None, bool]
-"""How a workload waits when decided now without changing anything: its code, the quota verdict's figures, and
-whether deciding it one by one would have run a preemption search that fails (and remembered the failure)."""
 
 
 @dataclass(slots=True)
@@ -136,6 +143,10 @@ class _Scan:
     base: int
     outcomes: list[Outcome] = field(default_factory=list)
     blocked_at: int | None = None
+    pay: list[int] = field(default_factory=list)
+    """Positions of the first workload of each shape whose search would fail: settling it remembers the failure,
+    which the others of its shape, settled after it, then find (so they need not)."""
+    paid: set[int] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -183,7 +194,7 @@ class Parking:
             return False
         if self.budget <= 0:
             return False
-        outcomes = scan.outcomes
+        outcomes, pay, paid = scan.outcomes, scan.pay, scan.paid
         start = scan.base + len(outcomes)
         for position in range(start, len(items)):
             r = items[position]
@@ -193,6 +204,9 @@ class Parking:
                 self.budget -= position - start + 1
                 scan.blocked_at = searches_failed
                 return False
+            if outcome[2] and id(outcome) not in paid:
+                paid.add(id(outcome))
+                pay.append(position)
             outcomes.append(outcome)
         self.budget -= len(items) - start
         scan.blocked_at = None
@@ -210,16 +224,26 @@ class Parking:
             if before is not None and q.head_key > before:
                 continue
             end = len(items) if before is None else self._first_after(q, before)
-            base, outcomes = q.scan.base, q.scan.outcomes
-            waits = []
-            for position in range(q.head, end):
-                r = items[position]
-                assert r is not None
-                code, details, search = outcomes[position - base]
-                if search:
-                    searched(r)
-                waits.append((r, position, code, details))
-            self.settled.append(SettledQueue(name, q.head_key, share, self.levels_first, tuple(waits), q.parked_at, at))
+            scan = q.scan
+            for position in scan.pay:
+                if q.head <= position < end:
+                    searched(_at(items, position))
+            scan.pay = [position for position in scan.pay if position >= end]
+            self.settled.append(
+                SettledQueue(
+                    name,
+                    q.head_key,
+                    share,
+                    self.levels_first,
+                    items,
+                    q.head,
+                    end,
+                    scan.outcomes,
+                    scan.base,
+                    q.parked_at,
+                    at,
+                )
+            )
             if end < len(items):
                 q.head = end
                 q.head_key = heap_key(_at(items, end), name, end, share, self.levels_first)
