@@ -319,7 +319,7 @@ class _Cycle:
         tests: ``preemption.refused_at_once``)."""
         if not r.options:
             return ReasonCode.NO_ELIGIBLE_POOL, None, False
-        group = (r.preemption_key, r.required, r.preemptible, len(r.options))
+        group = r.shape
         known = self.quiet.get(group)
         if known is not None:
             return known

@@ -75,6 +75,9 @@ class Resolved:
     """Promoted, and the policy gives promoted work preemption rights (``starvation_guard_preempts_borrowed``)."""
     order: tuple[int, bool, int, float, str] = (0, True, 0, 0.0, "")
     """Order within its queue: higher tier, promoted, lower level, earlier submission, id."""
+    shape: tuple[object, ...] = ()
+    """What decides how it waits while it cannot be admitted: preemption key, pods, preemptible, options
+    (workloads of one shape get the same quota verdict and the same preemption search outcome)."""
 
     def promote(self, preempts: bool) -> None:
         """The starvation guard fired: first in its tier from now on (its level no longer orders it). With
@@ -84,6 +87,7 @@ class Resolved:
         self.starving = preempts
         if preempts:
             self.preemption_key = (*self.preemption_key, "promoted")
+            self.shape = _shape(self)
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
 
     @property
@@ -167,12 +171,17 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
     resolved.order = (-resolved.priority, True, resolved.level, w.submit_time, w.id)
+    resolved.shape = _shape(resolved)
     if index.guarded:
         gpus = max(1.0, profile.required * profile.gpus_per_pod)
         resolved.promote_base = w.submit_time + w.attained_gpu_s / gpus
         if index.starvation_guard_s is not None:
             resolved.promote_at = resolved.promote_base + index.starvation_guard_s
     return resolved
+
+
+def _shape(r: Resolved) -> tuple[object, ...]:
+    return (r.preemption_key, r.required, r.preemptible, len(r.options))
 
 
 def queueing_delay(w: Workload, at: float, gpus: float) -> float:

@@ -547,8 +547,11 @@ class Simulation:
             blocked = ReasonCode.BLOCKED_BY_QUEUE_HEAD.value
             for wid, _head, _position in result.blocked_tail:
                 self._waits_for(records[wid], blocked, now)
+        last, value = None, ""
         for wid, wait_code in result.settled_waits():
-            self._waits_for(records[wid], wait_code.value, now)
+            if wait_code is not last:
+                last, value = wait_code, wait_code.value
+            self._waits_for(records[wid], value, now)
         for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
                 record = records[decision.workload_id]
