@@ -85,3 +85,23 @@ def test_a_kept_state_settles_cycle_after_cycle_as_a_fresh_snapshot_does() -> No
         full = schedule(index, ClusterSnapshot(now, node_list, running, pending), incremental=False)
         assert result.settled
         assert result.decisions == full.decisions
+
+
+def test_the_live_plane_records_each_settled_wait_with_the_figures_of_its_decision() -> None:
+    """``reconcile.wait_intents`` reads settled waits without the decisions being built: every pending job gets
+    its wait code and the very figures the one-by-one decision carries (queue position included)."""
+    from gpuplane.live.intents import RecordWait
+    from gpuplane.live.reconcile import wait_intents
+    from gpuplane.live.records import JobRecord
+
+    index, node_list, running = _full_cluster()
+    pending = [job(f"a{i}", "a", gpus=1 + i % 2, klass="batch", t=float(i)) for i in range(30)]
+    result = schedule(index, ClusterSnapshot(0.0, node_list, running, pending))
+    assert result.settled
+    jobs = {w.id: JobRecord(w.id, "a", w.id, "batch", ["true"], 1, w.pods.gpus_per_pod, w.submit_time) for w in pending}
+    recorded = {i.job_id: i for i in wait_intents(result, jobs) if isinstance(i, RecordWait)}
+    expected = {d.workload_id: d for d in result.decisions}
+    assert recorded.keys() == expected.keys()
+    for wid, intent in recorded.items():
+        assert intent.code == expected[wid].reason.code.value
+        assert dict(intent.details) == dict(expected[wid].reason.details)
