@@ -195,6 +195,7 @@ class _Cycle:
         cycle had made then: the same search fails again while no admission has changed the state since."""
         self.admissions = 0
         self.memo_entries = 0
+        """Failed preemption searches remembered so far: more of them can only make more workloads wait quietly."""
         self.quiet: dict[tuple[object, ...], Outcome] = {}
         """``_quiet_wait``'s outcomes per shape (preemption key, pods, preemptible, options) until the next admission
         (with ``spare_longer_waiting`` a search depends on each workload's wait: nothing is kept then)."""
@@ -204,7 +205,8 @@ class _Cycle:
         """(preemption key, pods) whose search ``preemption.refused_at_once`` showed would fail, until the next
         admission: the search itself is not run again."""
         self.may_search_ahead = self.preemption and self.search_bound is None and not self.spare_longer_waiting
-        """Failed preemption searches remembered so far: more of them can only make more workloads wait quietly."""
+        """Whether a quiet check may run a search's cheap tests ahead of the workload's turn: not when searches are
+        counted per queue (``searches_per_queue``) nor when they depend on each workload's wait."""
         self.parking = Parking(self.levels_first, 2 * len(pending) + 1000) if self.mode != "strict" else None
         """Queues whose rest waits quietly, out of the heap until the next admission (``scheduler.settled``); not in
         strict mode (its own bulk tail) nor in the reference cycle (``incremental=False``)."""

@@ -3,13 +3,14 @@
 In an oversubscribed cluster most of a cycle is spent telling thousands of waiting workloads that their
 queue's quota is still used up. A cycle decides its queue heads one at a time in heap order. When every
 undecided workload of a queue would wait without changing anything (its quota verdict fails against the ledger
-as it stands, and a preemption search for its shape already failed this cycle, or no pool can take it), the
-queue is parked: taken out of the heap, its workloads' outcomes kept. Only an admission (with its
-preemptions or moves) changes the ledger; just before one is recorded, every parked workload the heap would
-have popped first is settled with the outcome it had, and each parked queue's next workload goes back into the
-heap with the key it would have had. The decisions are therefore exactly the one-by-one cycle's, in its order
-(the property tests compare both), and are built only when someone reads them: runtimes that need only the
-wait codes (the simulator) never build them.
+as it stands, and a preemption search for its shape already failed this cycle or is refused by the search's
+cheap tests; or no pool can take it), the queue is parked: taken out of the heap, its workloads' outcomes kept.
+Before each decision the cycle takes one by one, the parked workloads the heap would have popped first are
+settled with their outcomes (a failed search remembered as stepping the first of its shape would have);
+after an admission (the only change of the ledger) each parked queue's next workload goes back into the heap
+with the key it had. The decisions are therefore exactly the one-by-one cycle's, in its order (the property
+tests compare both), and are built only when someone reads them: runtimes that need only the wait codes (the
+simulator) never build them.
 """
 
 from __future__ import annotations
