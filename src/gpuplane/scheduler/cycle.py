@@ -83,14 +83,16 @@ class CycleResult:
     settled: tuple[SettledQueue, ...] = ()
     """Waits decided in bulk while nothing could change what they wait for (``scheduler.settled``)."""
     decided_keys: tuple[HeapKey, ...] = ()
-    """The heap key each of ``decided`` was taken at, which places the settled waits among them."""
+    """The heap key each of ``decided`` from index ``keys_from`` on was taken at, which places the settled waits
+    among them."""
+    keys_from: int = 0
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
         """Every decision in the order taken: those taken one by one with the settled waits among them, then a
         BLOCKED_BY_QUEUE_HEAD wait for each of the strict tail."""
         if self.settled:
-            return with_settled(self.decided, self.decided_keys, self.settled)
+            return with_settled(self.decided, self.decided_keys, self.keys_from, self.settled)
         if not self.blocked_tail:
             return self.decided
         tail = tuple(
@@ -239,6 +241,7 @@ class _Cycle:
         heapq.heapify(heap)
         parking = self.parking
         keys: list[HeapKey] = []
+        keys_from: int | None = None  # heap keys are kept from the first parking on: no earlier one is read
         while heap:
             top = heap[0]
             name, pos = top[6], top[7]
@@ -250,7 +253,7 @@ class _Cycle:
             if parking is not None and parking.parked:
                 parking.settle_before(top, at, self._searched)
             self._decide(head, pos)
-            if parking is not None:
+            if keys_from is not None:
                 taken = len(self.decisions) - at
                 if taken == 1:
                     keys.append(top)
@@ -260,11 +263,14 @@ class _Cycle:
                 self._drain(items, pos + 1, self.blocked_queues[name])
                 heapq.heappop(heap)
             elif pos + 1 < len(items):
-                following = self._key(items[pos + 1], name, pos + 1)
-                if (
+                after = items[pos + 1]
+                assert after is not None
+                following = self._key(after, name, pos + 1)
+                parked = (
                     parking is not None
                     and self.admissions == admissions
                     and self.decisions[-1].kind is DecisionKind.WAIT
+                    and self._quiet_wait(after) is not None  # the common refusal, without the scan's bookkeeping
                     and parking.try_park(
                         name,
                         items,
@@ -276,8 +282,11 @@ class _Cycle:
                         self.memo_entries,
                         len(self.decisions),
                     )
-                ):
+                )
+                if parked:
                     heapq.heappop(heap)
+                    if keys_from is None:
+                        keys_from = len(self.decisions)
                 else:
                     heapq.heapreplace(heap, following)
             else:
@@ -295,12 +304,19 @@ class _Cycle:
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
         )
-        return CycleResult(self.st.now, tuple(self.decisions), views, tuple(self.tail), settled, tuple(keys))
+        return CycleResult(
+            self.st.now, tuple(self.decisions), views, tuple(self.tail), settled, tuple(keys), keys_from or 0
+        )
 
     def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
         """Heap order of a queue head (``settled.heap_key``) with the queue's current share."""
         assert r is not None
-        return heap_key(r, name, pos, 0.0 if r.promoted else self._share(r, name), self.levels_first)
+        if r.promoted or not self.fair:
+            return heap_key(r, name, pos, 0.0, self.levels_first)
+        cached = self.shares.get(name)  # inline of _share: once per pending workload and cycle
+        if cached is None or cached[0] != self.st.ledger.queue_version[name]:
+            return heap_key(r, name, pos, self._share(r, name), self.levels_first)
+        return heap_key(r, name, pos, cached[1], self.levels_first)
 
     def _share(self, r: Resolved, name: str) -> float:
         """The weighted dominant share of ``r``'s queue now (0 without fair sharing), kept per queue version."""

@@ -107,11 +107,12 @@ class SettledQueue:
 
 
 def with_settled(
-    decided: tuple[Decision, ...], keys: tuple[HeapKey, ...], settled: tuple[SettledQueue, ...]
+    decided: tuple[Decision, ...], keys: tuple[HeapKey, ...], keys_from: int, settled: tuple[SettledQueue, ...]
 ) -> tuple[Decision, ...]:
     """Every decision in the order the cycle would have taken them one by one.
 
-    ``keys`` holds the heap key each one-by-one decision was taken at. A parked workload stays in the heap (of
+    ``keys`` holds the heap key each one-by-one decision from number ``keys_from`` on was taken at (no queue was
+    parked before). A parked workload stays in the heap (of
     the one-by-one cycle) from its queue's parking to its release, so it is popped just before the first
     decision of that span whose key is above its own, or at the release: the decision that changed the state,
     or the end. Parked workloads popped at the same point go in key order (keys are unique: they end in queue
@@ -120,7 +121,7 @@ def with_settled(
     for q in settled:
         point = q.parked_at
         for key, index in q.keyed():
-            while point < q.released_at and keys[point] < key:
+            while point < q.released_at and keys[point - keys_from] < key:
                 point += 1
             before.setdefault(point, []).append((key, q, index))
     out: list[Decision] = []
