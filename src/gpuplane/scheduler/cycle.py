@@ -362,12 +362,13 @@ class _Cycle:
 
     def _searched(self, r: Resolved) -> None:
         """A settled workload whose preemption search would have failed: remember the failure as its search would."""
-        if self._search_known_to_fail(r):
-            return
-        self.preempt_memo.setdefault(r.preemption_key, []).append((r.required, 0.0))
-        self._remembered()
+        if not self._search_known_to_fail(r):
+            self._remember_failure(r, 0.0)
 
-    def _remembered(self) -> None:
+    def _remember_failure(self, r: Resolved, waited: float) -> None:
+        """A preemption search for ``r`` failed (or would): later searches of its shape with as many GPUs and no
+        longer a wait fail too; shapes found loud may now wait quietly."""
+        self.preempt_memo.setdefault(r.preemption_key, []).append((r.required, waited))
         self.memo_entries += 1
         self.loud.clear()
 
@@ -517,7 +518,7 @@ class _Cycle:
         if self._search_known_to_fail(r):
             return False
         if (r.preemption_key, r.required) in self.refused:
-            self._searched(r)
+            self._remember_failure(r, 0.0)
             return False
         if self.search_bound is not None:
             done = self.searches.get(r.queue.name, 0)
@@ -527,9 +528,7 @@ class _Cycle:
             self.searches[r.queue.name] = done + 1
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
-            waited = r.waited_s(self.st.now) if self.spare_longer_waiting else 0.0
-            self.preempt_memo.setdefault(r.preemption_key, []).append((r.required, waited))
-            self._remembered()
+            self._remember_failure(r, r.waited_s(self.st.now) if self.spare_longer_waiting else 0.0)
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
         for victim in plan.victims:
