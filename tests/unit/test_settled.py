@@ -105,3 +105,122 @@ def test_the_live_plane_records_each_settled_wait_with_the_figures_of_its_decisi
     for wid, intent in recorded.items():
         assert intent.code == expected[wid].reason.code.value
         assert dict(intent.details) == dict(expected[wid].reason.details)
+
+
+def _full_inference_pool() -> tuple[PolicyIndex, list, list[RunningWorkload]]:  # type: ignore[type-arg]
+    """Two 8-GPU inference nodes, both held by team serve's high-priority runs (16 of its nominal 32 GPUs)."""
+    p = policy()
+    running = [
+        RunningWorkload(
+            job(f"s-run{i}", "serve", gpus=8, klass="inference", t=-100.0, estimated_duration_s=3600.0 * (i + 1)),
+            Placement("infer", "h100-infer", (PodPlacement(f"infer-{i:04d}", tuple(range(8))),)),
+            -100.0,
+        )
+        for i in range(2)
+    ]
+    return PolicyIndex(p), nodes(p, infer=2), running
+
+
+def _serve_jobs(count: int, start: float, prefix: str = "s") -> list:  # type: ignore[type-arg]
+    return [
+        job(
+            f"{prefix}{i}",
+            "serve",
+            gpus=(1, 2, 4, 8)[i % 4],
+            klass="inference",
+            t=start + i,
+            estimated_duration_s=600.0 * (1 + i % 7),
+        )
+        for i in range(count)
+    ]
+
+
+def test_work_that_waits_for_gpus_settles_and_decides_as_the_full_cycle() -> None:
+    """Team serve's quota admits 150 more jobs but its pool has no free GPU and nothing may be preempted for them:
+    once the pool's reservation is made and each pod size's placement failure is known, the rest is decided in
+    bulk (``Admitter.known_failure``), with the one-by-one cycle's decisions, figures and order (reservation
+    masking depends on each job's expected duration)."""
+    index, node_list, running = _full_inference_pool()
+    snapshot = ClusterSnapshot(0.0, node_list, running, _serve_jobs(150, 0.0))
+    result = schedule(index, snapshot)
+    full = schedule(index, snapshot, incremental=False)
+    assert not full.settled
+    assert result.decisions == full.decisions
+    settled = sum(len(q) for q in result.settled)
+    assert settled >= 120, f"only {settled} of 150 waits were settled"
+    codes = [d.reason.code.value for d in full.decisions]
+    assert codes.count("reserved") == 1
+    assert set(codes) <= {"reserved", "insufficient_capacity", "would_delay_reservation"}
+
+
+def test_a_reservation_made_while_queues_are_parked_sends_them_back() -> None:
+    """Team b's 8-GPU jobs wait for the cohort's quota (parked); team serve's first blocked job then gets the
+    inference pool's reservation, which changes nothing for b but counts as a change: the decisions equal the
+    one-by-one cycle's whatever comes first."""
+    index, node_list, running = _full_inference_pool()
+    _, train_nodes, train_running = _full_cluster()
+    pending = [job(f"b{i}", "b", gpus=8, t=float(i) - 50.0) for i in range(30)] + _serve_jobs(40, 0.0)
+    snapshot = ClusterSnapshot(0.0, node_list + train_nodes, running + train_running, pending)
+    result = schedule(index, snapshot)
+    assert result.decisions == schedule(index, snapshot, incremental=False).decisions
+    assert result.settled
+
+
+def test_searches_refused_at_their_cheap_tests_are_kept_while_nothing_changes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A kept state remembers the preemption shapes refused at the end of a cycle (``CycleState.keep_refused``):
+    the next cycle, with no work started or ended and no victim's standing changed, runs none of those tests
+    again; after a run ends it runs them again. Every cycle decides as a fresh snapshot's full cycle."""
+    import gpuplane.scheduler.cycle as cycle_module
+
+    calls: list[str] = []
+    original = cycle_module.refused_at_once
+
+    def counted(st, r):  # type: ignore[no-untyped-def]
+        calls.append(r.id)
+        return original(st, r)
+
+    monkeypatch.setattr(cycle_module, "refused_at_once", counted)
+    index, node_list, running = _full_cluster()
+    kept = CycleState(index, node_list, 0.0)
+    kept.load(running)
+    pending = [job(f"a{i}", "a", gpus=1 + i % 5, klass="batch", t=float(i)) for i in range(60)]
+    seen = []
+    for step, now in enumerate((10.0, 20.0, 30.0)):
+        if step == 2:
+            kept.finish("b-run3")
+            running = [r for r in running if r.workload.id != "b-run3"]
+        calls.clear()
+        result = run_cycle(kept, now, pending)
+        full = schedule(index, ClusterSnapshot(now, node_list, running, pending), incremental=False)
+        assert result.decisions == full.decisions
+        seen.append(len(calls))
+    assert seen[0] >= 3, "the first cycle must run the cheap tests"
+    assert seen[1] == 0, f"nothing changed, yet {seen[1]} shapes were tested again"
+    assert seen[2] >= 3, "a run ended: the kept refusals no longer hold"
+
+
+def test_a_smaller_gang_failing_later_changes_what_parked_gangs_would_be_told() -> None:
+    """The placement memory keeps one failure per pod shape, replaced when a smaller gang fails: a 4-pod gang parked
+    on the 3-pod gang's failure must be told the figures of the 1-pod failure that comes before its turn, as the
+    one-by-one cycle tells it (``Admitter.rewritten`` counts as a change and sends parked queues back)."""
+    p = policy(scheduling={"backfill": {"mode": "greedy"}})
+    node_list = nodes(p, train=4)
+    running = [
+        RunningWorkload(
+            job(f"{team}-run{i}", team, t=-100.0),
+            Placement("train", "h100", (PodPlacement(f"train-{i + (0 if team == 'a' else 2):04d}", tuple(range(8))),)),
+            -100.0,
+        )
+        for team in ("a", "b")
+        for i in range(2)
+    ]
+    pending = [
+        job("a3", "a", pods=3, gpus=1, t=0.0),
+        job("b1", "b", pods=1, gpus=1, t=1.0),
+        job("a4", "a", pods=4, gpus=1, t=3.0),
+    ]
+    snapshot = ClusterSnapshot(0.0, node_list, running, pending)
+    result = schedule(PolicyIndex(p), snapshot)
+    assert result.decisions == schedule(PolicyIndex(p), snapshot, incremental=False).decisions
+    told = {d.workload_id: d.reason.details.get("pods_needed") for d in result.decisions}
+    assert told == {"a3": 3, "b1": 1, "a4": 1}

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuplane.model.decision import ReasonCode
+from gpuplane.model.workload import TopologyMode
 from gpuplane.scheduler.placement import PlaceResult, PodSlot, Shape, place
 from gpuplane.scheduler.resolve import FlavorOption, Resolved
 from gpuplane.scheduler.state import CycleState, Reservation
@@ -42,6 +43,11 @@ class Admitter:
         self.state = state
         self._memo: dict[tuple[object, ...], tuple[int, PlaceResult]] = {}
         self.trial = False
+        self.learned = 0
+        """How many placement failures have been remembered so far (never decreases)."""
+        self.rewritten = 0
+        """How many of them replaced a remembered failure of the same key (a smaller gang failed): the failure later
+        workloads of that key read, and its figures, changed (never decreases)."""
 
     def begin_trial(self) -> None:
         """Capacity is tentatively freed (a preemption search): cached failures must not be used or made."""
@@ -102,13 +108,35 @@ class Admitter:
             failures.append(Failure(option.flavor, pool.name, result.code, result.details))
         return None, failures
 
+    def known_failure(self, r: Resolved, pool: str) -> PlaceResult | None:
+        """The failure ``place_in_pool`` would return at once from its memory for all of ``r`` on ``pool``, or None
+        when it would have to try the placement."""
+        if self.trial:
+            return None
+        key, _ = self._memo_key(r, pool, r.gpus_per_pod, r.mig_profile, r.gpu_milli, r.topology)
+        cached = self._memo.get(key)
+        if cached is not None and r.required >= cached[0]:
+            return cached[1]
+        return None
+
+    def _memo_key(
+        self, r: Resolved, pool: str, gpus_per_pod: int, mig: str | None, milli: int | None, topology: TopologyMode
+    ) -> tuple[tuple[object, ...], Reservation | None]:
+        """Where failures of one placement are remembered: the pool and pod shape, and whether ``r`` would outlast
+        the pool's reservation (if another workload holds it, returned)."""
+        reservation = self.state.reservations.get(pool)
+        if reservation is None or reservation.workload_id == r.id:
+            return (pool, gpus_per_pod, mig, milli, topology, False), None
+        outlasts = self.state.now + r.duration_s > reservation.start
+        return (pool, gpus_per_pod, mig, milli, topology, outlasts), reservation
+
     def place_in_pool(self, r: Resolved, pool: str, shape: Shape) -> tuple[PlaceResult, str | None]:
         """Place ``shape`` on ``pool``; work that would outlast a reservation there avoids its GPUs."""
         st = self.state
-        reservation = st.reservations.get(pool)
-        masked = reservation is not None and reservation.workload_id != r.id
-        outlasts = masked and st.now + r.duration_s > reservation.start  # type: ignore[union-attr]
-        key = (pool, shape.gpus_per_pod, shape.mig_profile, shape.gpu_milli, shape.topology, outlasts)
+        key, reservation = self._memo_key(
+            r, pool, shape.gpus_per_pod, shape.mig_profile, shape.gpu_milli, shape.topology
+        )
+        outlasts = bool(key[-1])
         cached = None if self.trial else self._memo.get(key)
         if cached is not None and shape.required >= cached[0]:
             return cached[1], None
@@ -119,9 +147,12 @@ class Admitter:
             result = self._place_around(reservation, pool, shape)
         if result.pods is None:
             if not self.trial:
+                if key in self._memo:
+                    self.rewritten += 1
                 self._memo[key] = (shape.required, result)
+                self.learned += 1
             return result, None
-        return result, reservation.workload_id if masked and reservation is not None else None
+        return result, reservation.workload_id if reservation is not None else None
 
     def _place_around(self, reservation: Reservation, pool: str, shape: Shape) -> PlaceResult:
         st = self.state

@@ -45,29 +45,36 @@ class ClearingCosts:
         self.keys: dict[int, CostKey] = {}
         self.taken: dict[int, list[RunEntry]] = {}
         self.order: list[CostKey] = []
+        self.pods = 0
+        """How many pods of ``need`` GPUs the costed nodes hold once cleared (each its GPUs over ``need``)."""
         self.seen = 0
         self.built = False
 
     def refresh(self, cap: CapacityIndex, victims: VictimIndex) -> None:
         """Cost every node the first time, then only the nodes admissions and evictions changed since."""
         by_node = victims.by_node
+        pools, node_pool, need = cap.pools, cap.node_pool, self.need
         if not self.built:
             for node in self.nodes:
                 key = self._cost(cap, node, by_node[node])
                 if key is not None:
                     self.order.append(key)
+                    self.pods += pools[node_pool[node]].gpus_per_node // need
             self.order.sort()
             self.built = True
         else:
             changed = {n for n in victims.touched[self.seen :] if n in self.node_set}
             for node in sorted(changed):
+                per_node = pools[node_pool[node]].gpus_per_node // need
                 old = self.keys.pop(node, None)
                 if old is not None:
                     del self.order[bisect_left(self.order, old)]
                     del self.taken[node]
+                    self.pods -= per_node
                 key = self._cost(cap, node, by_node[node])
                 if key is not None:
                     insort(self.order, key)
+                    self.pods += per_node
         self.seen = len(victims.touched)
 
     def _cost(self, cap: CapacityIndex, node: int, entries: list[NodeVictim]) -> CostKey | None:

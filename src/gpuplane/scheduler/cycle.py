@@ -33,7 +33,7 @@ from gpuplane.scheduler.defragment import DefragPlan, plan_defragmentation
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.preemption import plan_preemption, refused_at_once
 from gpuplane.scheduler.reasons import make_reason
-from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay
+from gpuplane.scheduler.resolve import FlavorOption, InvalidWorkload, Resolved, queueing_delay
 from gpuplane.scheduler.settled import HeapKey, Outcome, Parking, SettledQueue, heap_key, no_pool_details, with_settled
 from gpuplane.scheduler.state import CycleState, Reservation, RunEntry
 
@@ -196,19 +196,32 @@ class _Cycle:
         """Defragmentation searches that failed (queue, tier, pod shape, pools), with the number of admissions the
         cycle had made then: the same search fails again while no admission has changed the state since."""
         self.admissions = 0
+        self.changes = 0
+        """Admissions and reservations made so far: with ``Admitter.rewritten``, what may change how parked work
+        would wait."""
         self.memo_entries = 0
         """Failed preemption searches remembered so far: more of them can only make more workloads wait quietly."""
         self.quiet: dict[tuple[object, ...], Outcome] = {}
         """``_quiet_wait``'s outcomes per shape (preemption key, pods, preemptible, options) until the next admission
         (with ``spare_longer_waiting`` a search depends on each workload's wait: nothing is kept then)."""
         self.loud: set[tuple[object, ...]] = set()
-        """Shapes ``_quiet_wait`` found may change the state, until the next admission or failed search."""
+        """Shapes ``_quiet_wait`` found may change the state, until the next admission or failed search, or until a
+        placement or reservation failure is learned."""
+        self.loud_learned = 0
+        """``Admitter.learned`` when ``loud`` was last valid."""
+        self.unreservable: set[tuple[object, ...]] = set()
+        """Reservation searches (``_reservation_key``) that found none since the last admission."""
+        self.reservations_refused = 0
+        """How many reservation searches found none this cycle (never decreases)."""
         self.refused: set[tuple[object, ...]] = set()
         """(preemption key, pods) whose search ``preemption.refused_at_once`` showed would fail, until the next
         admission: the search itself is not run again."""
         self.may_search_ahead = self.preemption and self.search_bound is None and not self.spare_longer_waiting
         """Whether a quiet check may run a search's cheap tests ahead of the workload's turn: not when searches are
         counted per queue (``searches_per_queue``) nor when they depend on each workload's wait."""
+        self.kept_refused: frozenset[tuple[object, ...]] | None = None if self.may_search_ahead else frozenset()
+        """Shapes the last cycle found refused and that still are (``CycleState.refused_kept``), read when first
+        needed: before this cycle's first admission (which clears ``refused``) they hold."""
         self.parking = Parking(self.levels_first, 2 * len(pending) + 1000) if self.mode != "strict" else None
         """Queues whose rest waits quietly, out of the heap until the next admission (``scheduler.settled``); not in
         strict mode (its own bulk tail) nor in the reference cycle (``incremental=False``)."""
@@ -249,7 +262,7 @@ class _Cycle:
             head = items[pos]
             items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
             assert head is not None
-            admissions, at = self.admissions, len(self.decisions)
+            changes, at = self.changes + self.admitter.rewritten, len(self.decisions)
             if parking is not None and parking.parked:
                 parking.settle_before(top, at, self._searched)
             self._decide(head, pos)
@@ -268,7 +281,7 @@ class _Cycle:
                 following = self._key(after, name, pos + 1)
                 parked = (
                     parking is not None
-                    and self.admissions == admissions
+                    and self.changes + self.admitter.rewritten == changes
                     and self.decisions[-1].kind is DecisionKind.WAIT
                     and self._quiet_wait(after) is not None  # the common refusal, without the scan's bookkeeping
                     and parking.try_park(
@@ -278,8 +291,8 @@ class _Cycle:
                         following,
                         self._share(head, name),
                         self._quiet_wait,
-                        admissions,
-                        self.memo_entries,
+                        changes,
+                        self.memo_entries + self.admitter.learned + self.reservations_refused,
                         len(self.decisions),
                     )
                 )
@@ -291,7 +304,7 @@ class _Cycle:
                     heapq.heapreplace(heap, following)
             else:
                 heapq.heappop(heap)
-            if parking is not None and parking.parked and self.admissions != admissions:
+            if parking is not None and parking.parked and self.changes + self.admitter.rewritten != changes:
                 parking.unpark(heap)
             if self.mode == "strict" and len(self.blocked_pools) == self.all_pools:
                 self._drain_blocked(queues, heap)
@@ -300,6 +313,7 @@ class _Cycle:
         if parking is not None:
             parking.settle_before(None, len(self.decisions), self._searched)
             settled = tuple(parking.settled)
+        self.st.keep_refused(self.refused)
         views = tuple(
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
@@ -333,32 +347,94 @@ class _Cycle:
     def _quiet_wait(self, r: Resolved) -> Outcome | None:
         """How ``r`` would wait if decided now without changing anything, or None when deciding it might change
         the state: what ``_decide`` does for a workload with no eligible pool, or with one option whose quota
-        check fails and whose preemption search fails (remembered as failed this cycle, or refused at its cheap
-        tests: ``preemption.refused_at_once``)."""
+        check fails, or passes while its placement cannot (``_capacity_wait``), and whose preemption search fails
+        (remembered as failed this cycle, or refused at its cheap tests: ``preemption.refused_at_once``)."""
         if not r.options:
             return ReasonCode.NO_ELIGIBLE_POOL, None, False
         group = r.shape
         known = self.quiet.get(group)
         if known is not None:
             return known
+        if self.admitter.learned != self.loud_learned:
+            self.loud.clear()
+            self.loud_learned = self.admitter.learned
         if group in self.loud or len(r.options) != 1:
             return None
         only = r.options[0]
         verdict = self.st.ledger.check(r.queue, only.flavor, only.milli * r.required, r.preemptible)
         outcome: Outcome | None = None
-        if not verdict.ok:
-            assert verdict.code is not None
-            if not self.preemption or self._search_known_to_fail(r):
-                outcome = verdict.code, verdict.details, False
-            elif self.may_search_ahead and refused_at_once(self.st, r):
-                self.refused.add((r.preemption_key, r.required))
-                outcome = verdict.code, verdict.details, True
+        if verdict.ok:
+            outcome = self._capacity_wait(r, only)
+            if outcome is None and not self.spare_longer_waiting:
+                self.loud.add(group)
+            return outcome
+        assert verdict.code is not None
+        if not self.preemption or self._search_known_to_fail(r):
+            outcome = verdict.code, verdict.details, False
+        elif self.may_search_ahead and self._refused_at_once(r):
+            outcome = verdict.code, verdict.details, True
         if not self.spare_longer_waiting:
             if outcome is None:
                 self.loud.add(group)
             else:
                 self.quiet[group] = outcome
         return outcome
+
+    def _capacity_wait(self, r: Resolved, only: FlavorOption) -> Outcome | None:
+        """How ``r``, which its quota admits, would wait for GPUs without changing anything, or None: when its one
+        pool's placement failure is remembered (``Admitter.known_failure``), moving runs to make room already
+        failed (``defrag_memo``), its preemption search is known to fail, and no reservation can be made (the pool
+        has one, or a search for one failed since the last admission). Not kept per shape: the placement and the
+        reservation depend on the pool and, around a reservation, on the workload's expected duration."""
+        if len(only.pools) != 1 or r.count != r.required:
+            return None
+        pool = only.pools[0].name
+        result = self.admitter.known_failure(r, pool)
+        if result is None:
+            return None
+        code = result.code
+        assert code is not None
+        if (
+            self.moved_gpus_per_gpu is not None
+            and code is ReasonCode.INSUFFICIENT_CAPACITY
+            and self.defrag_memo.get(_defrag_key(r)) != self.admissions
+        ):
+            return None
+        searched = False
+        if self.preemption and (code in CAPACITY_CODES or code in _QUOTA_PREEMPTABLE):
+            if self._search_known_to_fail(r):
+                pass
+            elif self.may_search_ahead and self._refused_at_once(r):
+                searched = True
+            else:
+                return None
+        if (
+            code in CAPACITY_CODES
+            and self.mode == "easy"
+            and pool not in self.st.reservations
+            and _reservation_key(r, pool) not in self.unreservable
+        ):
+            return None
+        return code, result.details, searched
+
+    def _refused_at_once(self, r: Resolved) -> bool:
+        """Whether ``r``'s preemption search fails at its cheap tests (``preemption.refused_at_once``), remembered
+        in ``refused`` until the next admission; the shapes refused at the end of the last cycle count while the
+        state has not changed since."""
+        if self._known_refused(r) or refused_at_once(self.st, r):
+            self.refused.add((r.preemption_key, r.required))
+            return True
+        return False
+
+    def _known_refused(self, r: Resolved) -> bool:
+        """Whether ``r``'s shape was refused at the cheap tests since the last admission, or at the end of the last
+        cycle with nothing changed since."""
+        key = (r.preemption_key, r.required)
+        if key in self.refused:
+            return True
+        if self.kept_refused is None:
+            self.kept_refused = self.st.refused_kept() if not self.admissions else frozenset()
+        return key in self.kept_refused
 
     def _searched(self, r: Resolved) -> None:
         """A settled workload whose preemption search would have failed: remember the failure as its search would."""
@@ -444,9 +520,12 @@ class _Cycle:
     ) -> None:
         st = self.st
         self.admissions += 1
+        self.changes += 1
         self.quiet.clear()
         self.loud.clear()
         self.refused.clear()
+        self.kept_refused = frozenset()
+        self.unreservable.clear()
         st.cap.commit()
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
         st.admitted(
@@ -517,7 +596,7 @@ class _Cycle:
     def _try_preemption(self, r: Resolved) -> bool:
         if self._search_known_to_fail(r):
             return False
-        if (r.preemption_key, r.required) in self.refused:
+        if self._known_refused(r):
             self._remember_failure(r, 0.0)
             return False
         if self.search_bound is not None:
@@ -575,16 +654,7 @@ class _Cycle:
         """Admit ``r`` now by moving small runs off the nodes it needs (``scheduler.defragment``): each moved run
         gets a PREEMPT (``preempted_to_defragment``) and an ADMIT at its new place, then ``r`` its ADMIT."""
         assert self.moved_gpus_per_gpu is not None
-        key = (
-            r.queue.name,
-            r.priority,
-            r.preemptible,
-            r.gpus_per_pod,
-            r.required,
-            r.topology,
-            r.workload.spread_group,
-            tuple(p.name for o in r.options for p in o.pools),
-        )
+        key = _defrag_key(r)
         if self.defrag_memo.get(key) == self.admissions:
             return False
         st = self.st
@@ -680,18 +750,48 @@ class _Cycle:
         self._wait(r.id, best.code, details)
 
     def _reserve(self, r: Resolved, pools: list[str]) -> Reservation | None:
+        """The first reservation ``r`` can get on one of ``pools`` (one per pool and cycle), made; a search that
+        finds none is remembered until the next admission (it reads only running work and free GPUs)."""
         for pool in pools:
             if pool in self.st.reservations:
+                continue
+            key = _reservation_key(r, pool)
+            if key in self.unreservable:
                 continue
             reservation = find_reservation(self.st, r, pool)
             if reservation is not None:
                 self.st.reservations[pool] = reservation
                 self.admitter.forget()
+                self.quiet.clear()
+                self.changes += 1
                 return reservation
+            if self.st.incremental:
+                self.unreservable.add(key)
+                self.reservations_refused += 1
+                self.loud.clear()
         return None
 
     def _wait(self, workload_id: str, code: ReasonCode, details: Mapping[str, Any]) -> None:
         self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
+
+
+def _defrag_key(r: Resolved) -> tuple[object, ...]:
+    """What a defragmentation search for ``r`` depends on besides the state (``_Cycle.defrag_memo``)."""
+    return (
+        r.queue.name,
+        r.priority,
+        r.preemptible,
+        r.gpus_per_pod,
+        r.required,
+        r.topology,
+        r.workload.spread_group,
+        tuple(p.name for o in r.options for p in o.pools),
+    )
+
+
+def _reservation_key(r: Resolved, pool: str) -> tuple[object, ...]:
+    """What a reservation search for ``r`` on ``pool`` depends on besides the state (``backfill.find_reservation``)."""
+    return (pool, r.count, r.required, r.gpus_per_pod, r.mig_profile, r.topology, r.gpu_milli)
 
 
 _queue_order = attrgetter("order")

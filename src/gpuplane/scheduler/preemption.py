@@ -232,9 +232,8 @@ def _clearable_pods(st: CycleState, r: Resolved, option: FlavorOption, costs: Cl
     never make a whole node for a gang of 8-GPU pods.
     """
     k = r.gpus_per_pod
-    node_pool = st.cap.node_pool
     pools = st.cap.pools
-    total = sum(pools[node_pool[node]].gpus_per_node // k for *_, node in costs.order)
+    total = costs.pods
     for option_pool in option.pools:
         pool = pools[option_pool.name]
         per_node = pool.gpus_per_node // k

@@ -1,13 +1,16 @@
 """Waiting work decided in bulk, while nothing in the cycle could change what it waits for.
 
 In an oversubscribed cluster most of a cycle is spent telling thousands of waiting workloads that their
-queue's quota is still used up. A cycle decides its queue heads one at a time in heap order. When every
-undecided workload of a queue would wait without changing anything (its quota verdict fails against the ledger
-as it stands, and a preemption search for its shape already failed this cycle or is refused by the search's
-cheap tests; or no pool can take it), the queue is parked: taken out of the heap, its workloads' outcomes kept.
+queue's quota is still used up, or that there are no GPUs for them. A cycle decides its queue heads one at a
+time in heap order. When every undecided workload of a queue would wait without changing anything (its quota
+verdict fails against the ledger as it stands, or its quota admits it but its one pool's placement failure is
+already known, moving runs for it already failed and no reservation can be made; and a preemption search for
+its shape already failed this cycle or is refused by the search's cheap tests; or no pool can take it), the
+queue is parked: taken out of the heap, its workloads' outcomes kept.
 Before each decision the cycle takes one by one, the parked workloads the heap would have popped first are
 settled with their outcomes (a failed search remembered as stepping the first of its shape would have);
-after an admission (the only change of the ledger) each parked queue's next workload goes back into the heap
+after an admission (the only change of the ledger and of free GPUs) or a reservation (which changes where
+others may be placed) each parked queue's next workload goes back into the heap
 with the key it had. The decisions are therefore exactly the one-by-one cycle's, in its order (the property
 tests compare both), and are built only when someone reads them: runtimes that need only the wait codes (the
 simulator) never build them.
@@ -137,11 +140,11 @@ def with_settled(
 
 @dataclass(slots=True)
 class _Scan:
-    """What is known of one queue's undecided workloads since the cycle's last admission: those from ``base`` on
-    wait quietly (``outcomes``), up to the first that might not, if one was found (``blocked_at`` failed searches
-    remembered then: more of them may make it wait quietly too)."""
+    """What is known of one queue's undecided workloads since the cycle's last admission or reservation: those from
+    ``base`` on wait quietly (``outcomes``), up to the first that might not, if one was found (``blocked_at``: the
+    failures learned then; more of them may make it wait quietly too)."""
 
-    admissions: int
+    changes: int
     base: int
     outcomes: list[Outcome] = field(default_factory=list)
     blocked_at: int | None = None
@@ -182,16 +185,17 @@ class Parking:
         head_key: HeapKey,
         share: float,
         quiet: Callable[[Resolved], Outcome | None],
-        admissions: int,
+        changes: int,
         searches_failed: int,
         decided: int,
     ) -> bool:
         """Park queue ``name`` when every workload from ``head`` on waits quietly: True, and the caller takes the
-        queue out of its heap. ``admissions`` and ``searches_failed`` count the cycle's changes so far, ``decided``
-        its decisions taken one by one."""
+        queue out of its heap. ``changes`` counts the cycle's admissions and reservations so far, ``searches_failed``
+        the failures it has learned (searches, placements, reservations), ``decided`` its decisions taken one by
+        one."""
         scan = self._scans.get(name)
-        if scan is None or scan.admissions != admissions or head > scan.base + len(scan.outcomes):
-            scan = self._scans[name] = _Scan(admissions, head)
+        if scan is None or scan.changes != changes or head > scan.base + len(scan.outcomes):
+            scan = self._scans[name] = _Scan(changes, head)
         elif scan.blocked_at == searches_failed:
             return False
         if self.budget <= 0:

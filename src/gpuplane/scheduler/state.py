@@ -123,6 +123,10 @@ class CycleState:
             flavor = index.pools[node.pool].flavor
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         self._victims: VictimIndex | None = None
+        self.changes = 0
+        """Counts the lasting changes of running work and nodes (admitted, evicted, finished, loaded; nodes down or
+        up): equal counts and equal victim standings mean an unchanged state for a preemption search's cheap tests."""
+        self._refused: tuple[frozenset[tuple[object, ...]], int, VictimIndex] | None = None
         self._admitted: list[RunEntry] = []
         self._resolved: dict[str, tuple[Workload, Resolved]] = {}
         self.remember_resolved = remember_resolved  # off for a one-cycle state: remembering costs, never pays
@@ -164,18 +168,21 @@ class CycleState:
         for wid in hit:
             self.finish(wid)
         self.cap.set_usable(idx, False)
+        self.changes += 1
         self._victims = None
         return hit
 
     def node_up(self, name: str) -> None:
         """Node ``name`` is ready again (a replacement booted): its GPUs are free for the next cycle."""
         self.cap.set_usable(self.cap.by_name[name], True)
+        self.changes += 1
         self._victims = None
 
     def load(self, running: Iterable[RunningWorkload]) -> None:
         """Add running work (a snapshot's, or work restored by a runtime); SnapshotError if it contradicts."""
         for run in running:
             self._add_running(run.workload.id, run)
+        self.changes += 1
         self._victims = None
 
     def begin_cycle(self, now: float, load: LoadSignals | None = None) -> None:
@@ -193,6 +200,7 @@ class CycleState:
 
     def admitted(self, entry: RunEntry) -> None:
         """Record work admitted in this cycle (never a victim before the next cycle)."""
+        self.changes += 1
         self.running[entry.id] = entry
         self._admitted.append(entry)
         if self._victims is not None:
@@ -204,6 +212,7 @@ class CycleState:
         entry = self.running.pop(workload_id, None)
         if entry is None:
             raise KeyError(f"workload {workload_id} is not running")
+        self.changes += 1
         self.release(entry)
         self.cap.commit()
         self._victims = None
@@ -233,7 +242,29 @@ class CycleState:
                 self.index.policy.scheduling.preemption.spare_after_preemptions,
             )
             self._victims.incremental = self.incremental
+            self._victims.built_at = self.changes
         return self._victims
+
+    def keep_refused(self, refused: set[tuple[object, ...]]) -> None:
+        """Keep the preemption shapes a cycle found refused at the search's cheap tests (``preemption.refused_at_once``)
+        for the next cycle: they hold there while nothing has changed since this cycle built its victim index."""
+        victims = self._victims
+        if refused and victims is not None and victims.built_at == self.changes and self.incremental:
+            self._refused = (frozenset(refused), self.changes, victims)
+        else:
+            self._refused = None
+
+    def refused_kept(self) -> frozenset[tuple[object, ...]]:
+        """The shapes ``keep_refused`` kept, if running work and nodes have not changed since and every victim's
+        standing (tier, level, protections) is the same now: the cheap tests read nothing else (empty otherwise).
+        Builds this cycle's victim index."""
+        kept, self._refused = self._refused, None
+        if kept is None or kept[1] != self.changes:
+            return frozenset()
+        before, now = kept[2], self.victims
+        if now.ids != before.ids or now.standings != before.standings or now.core != before.core:
+            return frozenset()
+        return kept[0]
 
     def _add_running(self, wid: str, run: RunningWorkload) -> None:
         if wid in self.running:
@@ -310,6 +341,7 @@ class CycleState:
 
     def evict(self, entry: RunEntry) -> None:
         """Remove a preempted entry for good (its GPUs and quota were already released)."""
+        self.changes += 1
         entry.evicted = True
         del self.running[entry.id]
         if self._victims is not None:
@@ -496,6 +528,11 @@ class VictimIndex:
         self._milli_sums: dict[tuple[str, str, tuple[object, ...]], int] = {}
         self.incremental = True
         """Per-node clearing costs per victim filter (``scheduler.clearing``), kept for the rest of the cycle."""
+        self.built_at = 0
+        """``CycleState.changes`` when the index was built."""
+        self.ids: list[str] = []
+        self.standings: list[Standing] = []
+        """The indexed runs and their standings, in the order indexed (``CycleState.refused_kept`` compares them)."""
         for e in entries:
             if not e.preemptible or e.queue is None or e.tier is None:
                 continue
@@ -513,6 +550,8 @@ class VictimIndex:
                 self.reclaim_young.add(e.id)
             key = (e.queue.name, e.flavor)
             standing = self.standing(e, level, promoted)
+            self.ids.append(e.id)
+            self.standings.append(standing)
             self.members.setdefault(key, {}).setdefault(standing, []).append(e)
             by_standing = self.milli.setdefault(key, {})
             by_standing[standing] = by_standing.get(standing, 0) + e.milli
