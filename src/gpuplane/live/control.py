@@ -56,6 +56,7 @@ from gpuplane.scheduler.estimate import StartEstimate, estimate_starts
 from gpuplane.scheduler.explain import explain_dict
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
+from gpuplane.scheduler.state import Resolutions
 
 log = logging.getLogger("gpuplane.live")
 
@@ -119,6 +120,8 @@ class ControlPlane:
     ) -> None:
         self.policy = policy
         self.index = PolicyIndex(policy)
+        self.resolutions = Resolutions()
+        """The pending jobs' resolutions, kept from tick to tick while a job's workload object is unchanged."""
         self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
         """The pending jobs' mean queueing delay over time, for a starvation guard that follows the load (kept in
         memory: after a restart the guard follows again from the first tick)."""
@@ -423,7 +426,7 @@ class ControlPlane:
 
     def _decide(self, snapshot: ClusterSnapshot, report: TickReport) -> CycleResult:
         started = self.timer()
-        result = schedule(self.index, snapshot)
+        result = schedule(self.index, snapshot, resolutions=self.resolutions)
         report.decide_s = self.timer() - started
         self.last_result = result
         return result

@@ -35,7 +35,7 @@ from gpuplane.scheduler.preemption import plan_preemption, refused_at_once
 from gpuplane.scheduler.reasons import make_reason
 from gpuplane.scheduler.resolve import FlavorOption, InvalidWorkload, Resolved, queueing_delay
 from gpuplane.scheduler.settled import HeapKey, Outcome, Parking, SettledQueue, heap_key, no_pool_details, with_settled
-from gpuplane.scheduler.state import CycleState, Reservation, RunEntry
+from gpuplane.scheduler.state import CycleState, Reservation, Resolutions, RunEntry
 
 _FAILURE_RANK = {
     code: rank
@@ -135,15 +135,29 @@ class CycleResult:
         return [d for d in self.decisions if d.workload_id == workload_id]
 
 
-def schedule(index: PolicyIndex, snapshot: ClusterSnapshot, *, incremental: bool = True) -> CycleResult:
+def schedule(
+    index: PolicyIndex,
+    snapshot: ClusterSnapshot,
+    *,
+    incremental: bool = True,
+    resolutions: Resolutions | None = None,
+) -> CycleResult:
     """Decide admissions, preemptions and waits for every pending workload of ``snapshot``.
 
-    Pure: reads only its arguments, returns decisions, changes nothing. Raises SnapshotError when the
-    snapshot contradicts itself (a GPU held twice, an unknown node). ``incremental=False`` recomputes
+    Pure: reads only its arguments, returns decisions, changes nothing but ``resolutions``. Raises SnapshotError
+    when the snapshot contradicts itself (a GPU held twice, an unknown node). ``incremental=False`` recomputes
     everything the cycle otherwise keeps between its steps: the same decisions, slower (the tests' reference).
+    A runtime that passes the same workload objects snapshot after snapshot (the live plane) may keep their
+    resolutions in ``resolutions`` from one call to the next instead of resolving every pending workload again.
     """
     state = CycleState(
-        index, snapshot.nodes, snapshot.now, remember_resolved=False, load=snapshot.load, incremental=incremental
+        index,
+        snapshot.nodes,
+        snapshot.now,
+        remember_resolved=False,
+        load=snapshot.load,
+        incremental=incremental,
+        resolutions=resolutions if incremental else None,
     )
     state.load(snapshot.running)
     return run_cycle(state, snapshot.now, snapshot.pending, snapshot.load)
@@ -213,6 +227,11 @@ class _Cycle:
         """Reservation searches (``_reservation_key``) that found none since the last admission."""
         self.reservations_refused = 0
         """How many reservation searches found none this cycle (never decreases)."""
+        self.quiet_capacity: dict[tuple[object, ...], Outcome] = {}
+        """``_capacity_wait``'s outcomes per (shape, pool, spread group) until the next admission, reservation or
+        replaced placement failure."""
+        self.capacity_rewritten = 0
+        """``Admitter.rewritten`` when ``quiet_capacity`` was last valid."""
         self.refused: set[tuple[object, ...]] = set()
         """(preemption key, pods) whose search ``preemption.refused_at_once`` showed would fail, until the next
         admission: the search itself is not run again."""
@@ -385,10 +404,24 @@ class _Cycle:
         pool's placement failure is remembered (``Admitter.known_failure``), moving runs to make room already
         failed (``defrag_memo``), its preemption search is known to fail, and no reservation can be made (the pool
         has one, or a search for one failed since the last admission). Not kept per shape: the placement and the
-        reservation depend on the pool and, around a reservation, on the workload's expected duration."""
+        reservation depend on the pool and, around a reservation, on the workload's expected duration: kept per
+        shape, pool and spread group (``quiet_capacity``) only while the pool has no reservation."""
         if len(only.pools) != 1 or r.count != r.required:
             return None
         pool = only.pools[0].name
+        if self.admitter.rewritten != self.capacity_rewritten:
+            self.quiet_capacity.clear()
+            self.capacity_rewritten = self.admitter.rewritten
+        key = (r.shape, pool, r.workload.spread_group)
+        known = self.quiet_capacity.get(key)
+        if known is not None:
+            return known
+        outcome = self._find_capacity_wait(r, pool)
+        if outcome is not None and not self.spare_longer_waiting and pool not in self.st.reservations:
+            self.quiet_capacity[key] = outcome
+        return outcome
+
+    def _find_capacity_wait(self, r: Resolved, pool: str) -> Outcome | None:
         result = self.admitter.known_failure(r, pool)
         if result is None:
             return None
@@ -522,6 +555,7 @@ class _Cycle:
         self.admissions += 1
         self.changes += 1
         self.quiet.clear()
+        self.quiet_capacity.clear()
         self.loud.clear()
         self.refused.clear()
         self.kept_refused = frozenset()
@@ -763,6 +797,7 @@ class _Cycle:
                 self.st.reservations[pool] = reservation
                 self.admitter.forget()
                 self.quiet.clear()
+                self.quiet_capacity.clear()
                 self.changes += 1
                 return reservation
             if self.st.incremental:

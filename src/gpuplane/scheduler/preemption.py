@@ -188,7 +188,8 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict
 def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> ClearingCosts:
     """The per-node clearing costs of ``r``'s victim filter for one of its pods (``scheduler.clearing``), up to date.
 
-    Kept per victim filter for the rest of the cycle and updated where admissions and evictions changed a node.
+    Kept per victim filter for the rest of the cycle (shared by filters that take the same groups of work and spare
+    nothing one by one) and updated where admissions and evictions changed a node.
     """
     victims = st.victims
     pools = tuple(p.name for p in option.pools)
@@ -211,12 +212,19 @@ def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: 
             flavor == option.flavor and queue in sources and sources[queue].accept(standing)
             for queue, flavor, standing in victims.groups
         ]
-        holding: set[int] = set()
-        for group, taken in enumerate(groups):
-            if taken:
-                holding |= victims.group_nodes[group]
-        nodes = [node for node in holding if node in by_node and node_pool[node] in in_pools]
-        costs = ClearingCosts(nodes, r.gpus_per_pod, groups, _spares(r, sources, victims))
+        spares = _spares(r, sources, victims)
+        # filters that take the same groups cost every node alike: preemptors of other queues, tiers or levels share
+        alike = ("groups", option.flavor, pools, r.gpus_per_pod, tuple(groups)) if spares is None else None
+        costs = victims.clearing.get(alike) if alike is not None else None
+        if costs is None:
+            holding: set[int] = set()
+            for group, taken in enumerate(groups):
+                if taken:
+                    holding |= victims.group_nodes[group]
+            nodes = [node for node in holding if node in by_node and node_pool[node] in in_pools]
+            costs = ClearingCosts(nodes, r.gpus_per_pod, groups, spares)
+            if st.incremental and alike is not None:
+                victims.clearing[alike] = costs
         if st.incremental:
             victims.clearing[signature] = costs
     costs.refresh(st.cap, victims)

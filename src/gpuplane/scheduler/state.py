@@ -88,6 +88,22 @@ class Reservation:
     gpus: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class Resolutions:
+    """Resolved workloads a runtime keeps from one cycle to the next, each with the workload object it was resolved
+    from (a changed workload is a new object). A resolution stays promoted once the starvation guard promotes it,
+    which holds only while the guard does not grow: they are forgotten whenever the guard changes."""
+
+    entries: dict[str, tuple[Workload, Resolved]] = field(default_factory=dict)
+    guard_s: float | None = None
+
+    def follow(self, guard_s: float | None) -> None:
+        """The cycle's starvation guard is ``guard_s``: forget every resolution made under another."""
+        if guard_s != self.guard_s:
+            self.entries.clear()
+            self.guard_s = guard_s
+
+
 class CycleState:
     """Capacity, quota and running work: built from a snapshot for one cycle, or kept up to date by a runtime.
 
@@ -104,6 +120,7 @@ class CycleState:
         now: float,
         *,
         remember_resolved: bool = True,
+        resolutions: Resolutions | None = None,
         load: LoadSignals | None = None,
         incremental: bool = True,
     ) -> None:
@@ -128,8 +145,11 @@ class CycleState:
         up): equal counts and equal victim standings mean an unchanged state for a preemption search's cheap tests."""
         self._refused: tuple[frozenset[tuple[object, ...]], int, VictimIndex] | None = None
         self._admitted: list[RunEntry] = []
-        self._resolved: dict[str, tuple[Workload, Resolved]] = {}
-        self.remember_resolved = remember_resolved  # off for a one-cycle state: remembering costs, never pays
+        self._resolutions = Resolutions() if resolutions is None else resolutions
+        self._resolutions.follow(self.guard_s)
+        self._resolved = self._resolutions.entries
+        self.remember_resolved = remember_resolved or resolutions is not None
+        # off for a one-cycle state of its own: remembering costs, never pays
 
     def resolve(self, w: Workload) -> Resolved:
         """``resolve(w)``, remembered while the runtime passes the same workload object cycle after cycle.
@@ -191,6 +211,7 @@ class CycleState:
         self.now = now
         if load is not None:
             self.guard_s = self.index.guard_s(load)
+            self._resolutions.follow(self.guard_s)
         self.reservations = {}
         for entry in self._admitted:
             entry.admitted_now = False
