@@ -469,11 +469,20 @@ class ControlPlane:
         running = []
         pending = []
         waiting, holding = JobState.PENDING, (JobState.ADMITTED, JobState.RUNNING)
+        kept = self.state.workloads
         for job in self.jobs.values():
             state = job.state
             if state is waiting:
                 if job.not_before is None or job.not_before <= now:
-                    pending.append(self._workload(job))
+                    workload = kept.get(job.id)  # _workload's test inline: once per pending job and tick
+                    if (
+                        workload is None
+                        or workload.attained_gpu_s != job.attained_gpu_s
+                        or workload.reserved_before != job.reserved_before
+                        or workload.preemptions != job.preemptions
+                    ):
+                        workload = self._workload(job)
+                    pending.append(workload)
             elif state in holding:
                 running.append(to_running(job, self._workload(job)))
         nodes = [to_node(n, n.name not in self.state.cordoned) for n in alive.values()]

@@ -189,10 +189,14 @@ def wait_intents(result: CycleResult, jobs: Mapping[str, JobRecord]) -> list[Job
     for workload_id, head, position in result.blocked_tail:
         if _wait_changed(jobs.get(workload_id), blocked):
             out.append(RecordWait(workload_id, blocked, {"head": head, "position": position}))
-    for queue in result.settled:
+    for queue in result.settled:  # most of a long queue: one pass, the job's reason compared to the code's value
+        last, value = None, ""
         for index, (workload_id, code) in enumerate(queue.codes()):
-            if _wait_changed(jobs.get(workload_id), code.value):
-                out.append(RecordWait(workload_id, code.value, queue.reason(index).details))
+            if code is not last:
+                last, value = code, code.value
+            job = jobs.get(workload_id)
+            if job is not None and job.wait_reason != value and job.state is pending:
+                out.append(RecordWait(workload_id, value, queue.reason(index).details))
     out.extend(MarkReserved(view.workload_id) for view in result.reservations)
     return out
 

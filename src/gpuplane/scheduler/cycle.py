@@ -374,6 +374,13 @@ class _Cycle:
         known = self.quiet.get(group)
         if known is not None:
             return known
+        if len(r.options) == 1 and len(r.options[0].pools) == 1:  # a capacity wait kept since the ledger last changed
+            if self.admitter.rewritten != self.capacity_rewritten:
+                self.quiet_capacity.clear()
+                self.capacity_rewritten = self.admitter.rewritten
+            known = self.quiet_capacity.get((group, r.options[0].pools[0].name, r.workload.spread_group))
+            if known is not None:
+                return known
         if self.admitter.learned != self.loud_learned:
             self.loud.clear()
             self.loud_learned = self.admitter.learned
