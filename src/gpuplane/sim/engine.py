@@ -548,10 +548,12 @@ class Simulation:
             for wid, _head, _position in result.blocked_tail:
                 self._waits_for(records[wid], blocked, now)
         last, value = None, ""
-        for wid, wait_code in result.settled_waits():
+        for wid, wait_code in result.settled_waits():  # most waits of a saturated replay: _waits_for's test inline
             if wait_code is not last:
                 last, value = wait_code, wait_code.value
-            self._waits_for(records[wid], value, now)
+            record = records[wid]
+            if record.wait_code != value:
+                self._waits_for(record, value, now)
         for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
                 record = records[decision.workload_id]
