@@ -191,3 +191,21 @@ def test_searches_per_queue_bounds_the_preemption_searches_of_a_cycle():
     assert deferred.reason.details["searches_per_queue"] == 1
     assert deferred.reason.details["blocked_by"] in {"insufficient_capacity", "quota_nominal_exceeded"}
     assert "searched again next cycle" in deferred.reason.message
+
+
+def test_kept_preemption_sources_judge_by_the_preemptor_they_were_made_for_not_its_later_promotion():
+    """The sources of a search are kept per ledger version and shared by preemptors alike (queue, tier, level,
+    starvation); the workload they were first made for may be promoted afterwards (a starving preemptor may take
+    work that waited less), which must not widen what its unpromoted twins may take."""
+    from gpuplane.scheduler import PolicyIndex
+    from gpuplane.scheduler.preemption import _sources
+    from gpuplane.scheduler.state import CycleState, Standing
+
+    p = policy(scheduling={"starvation_guard_hours": 1, "starvation_guard_preempts_borrowed": True})
+    st = CycleState(PolicyIndex(p), nodes(p, train=1), 0.0)
+    first, second = st.resolve(job("w1", "a")), st.resolve(job("w2", "a"))
+    _sources(st, first, first.options[0])
+    first.promote(True)
+    shared, _ = _sources(st, second, second.options[0])
+    had_gpu_time = Standing(second.tier, 1, False, False, False, False)
+    assert not shared["a"].accept(had_gpu_time)

@@ -68,40 +68,63 @@ class _Source:
 
 def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[str, _Source], bool]:
     """The queues that may lose work to ``r`` on ``option``'s flavor, each with its filter, and whether the
-    other queues' work would be reclaimed quota (else it would lose to less-served work)."""
+    other queues' work would be reclaimed quota (else it would lose to less-served work).
+
+    They depend on the preemptor only through its queue, tier, level, starvation, whether it stays within its
+    nominal quota and (with ``spare_longer_waiting``) its wait, and on the state only through the quota ledger:
+    kept per ledger version (``CycleState.sources``), so the searches between two changes of the ledger share
+    them."""
     flavor = option.flavor
+    within_nominal = (
+        r.queue.cohort is not None
+        and st.ledger.usage[r.queue.name][flavor] + option.milli * r.required <= r.queue.quota(flavor).nominal
+    )
+    limit = r.waited_s(st.now) if st.index.spare_longer_waiting else None
+    memo = st.sources
+    if memo[0] != st.ledger.version:
+        memo[1].clear()
+        st.sources = memo = (st.ledger.version, memo[1])
+    key = (r.queue.name, flavor, r.tier.name, r.level, r.starving, within_nominal, limit)
+    found = memo[1].get(key) if st.incremental else None
+    if found is None:
+        found = memo[1][key] = _find_sources(st, r, flavor, within_nominal, limit)
+    return found
+
+
+def _find_sources(
+    st: CycleState, r: Resolved, flavor: str, within_nominal: bool, limit: float | None
+) -> tuple[dict[str, _Source], bool]:
     by_level = st.index.level_preemption
+    # the filters read these values, not ``r``: they are kept for other preemptors, and ``r`` may be promoted later
+    tier, level, starving, priority = r.tier, r.level, r.starving, r.priority
 
     def more_served(s: Standing) -> bool:
-        return s.tier == r.tier and not s.promoted and s.level > r.level
+        return s.tier == tier and not s.promoted and s.level > level
 
     def waited_less(s: Standing) -> bool:
-        return r.starving and s.tier == r.tier and not s.guarded and not s.aged and s.level >= 1
+        return starving and s.tier == tier and not s.guarded and not s.aged and s.level >= 1
 
     def same_queue(s: Standing) -> bool:
-        if s.tier.value < r.priority:
-            return s.tier.name in r.tier.may_preempt
+        if s.tier.value < priority:
+            return s.tier.name in tier.may_preempt
         return (by_level and more_served(s)) or waited_less(s)
 
-    limit = r.waited_s(st.now) if st.index.spare_longer_waiting else None
     sources = {r.queue.name: _Source(r.queue, same_queue, "same_queue", limit)}
     if r.queue.cohort is None:
         return sources, False
     reclaim = st.index.policy.scheduling.preemption.reclaim_within_cohort
-    quota = r.queue.quota(flavor)
-    within_nominal = st.ledger.usage[r.queue.name][flavor] + option.milli * r.required <= quota.nominal
 
     def reclaimable(s: Standing) -> bool:
-        if s.tier.value < r.priority:
+        if s.tier.value < priority:
             return True
         return reclaim == "any" and not s.guarded and not s.reclaim_young
 
     def more_served_or_waited_less(s: Standing) -> bool:
-        return s.tier.value < r.priority or more_served(s) or waited_less(s)
+        return s.tier.value < priority or more_served(s) or waited_less(s)
 
     if within_nominal and reclaim != "never":
         accept = reclaimable
-    elif r.starving:
+    elif starving:
         accept = more_served_or_waited_less
     elif st.index.level_preemption_of_borrowed:
         accept = more_served

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
@@ -140,6 +140,8 @@ class CycleState:
             flavor = index.pools[node.pool].flavor
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         self._victims: VictimIndex | None = None
+        self.sources: tuple[int, dict[tuple[object, ...], Any]] = (-1, {})
+        """Preemption sources found at one quota ledger version (``preemption._sources``)."""
         self.changes = 0
         """Counts the lasting changes of running work and nodes (admitted, evicted, finished, loaded; nodes down or
         up): equal counts and equal victim standings mean an unchanged state for a preemption search's cheap tests."""
