@@ -150,3 +150,17 @@ def run_from(
         for d in result.admitted
         if d.placement is not None
     ]
+
+
+def count_calls(monkeypatch: Any, module: Any, name: str, label: Any) -> list[str]:
+    """Replace ``module.name`` for the test by a wrapper that records ``label(*args)`` of each call; the list fills
+    as the code under test calls it."""
+    calls: list[str] = []
+    original = getattr(module, name)
+
+    def counted(*args: Any) -> Any:
+        calls.append(label(*args))
+        return original(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls

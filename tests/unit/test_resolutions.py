@@ -10,20 +10,12 @@ from gpuplane.model import ClusterSnapshot
 from gpuplane.model.load import LoadSignals
 from gpuplane.scheduler import PolicyIndex, schedule
 from gpuplane.scheduler.state import Resolutions
-from tests.unit.fixtures import job, nodes, policy
+from tests.unit.fixtures import count_calls, job, nodes, policy
 
 
 @pytest.fixture
 def resolved_ids(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    calls: list[str] = []
-    original = state_module.resolve
-
-    def counted(w, index):  # type: ignore[no-untyped-def]
-        calls.append(w.id)
-        return original(w, index)
-
-    monkeypatch.setattr(state_module, "resolve", counted)
-    return calls
+    return count_calls(monkeypatch, state_module, "resolve", lambda w, index: w.id)
 
 
 def test_the_same_workloads_are_resolved_once_across_cycles(resolved_ids: list[str]) -> None:

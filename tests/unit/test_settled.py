@@ -10,23 +10,28 @@ from gpuplane.model import ClusterSnapshot, DecisionKind, Placement, PodPlacemen
 from gpuplane.scheduler import PolicyIndex, schedule
 from gpuplane.scheduler.cycle import run_cycle
 from gpuplane.scheduler.state import CycleState
-from tests.unit.fixtures import job, nodes, policy
+from tests.unit.fixtures import count_calls, job, nodes, policy
+
+
+def _whole_nodes_held(per_team: int) -> list[RunningWorkload]:
+    """Teams a and b each hold ``per_team`` whole 8-GPU train nodes (a the first ones), started 100 s ago."""
+    return [
+        RunningWorkload(
+            job(f"{team}-run{i}", team, t=-100.0),
+            Placement(
+                "train", "h100", (PodPlacement(f"train-{i + (0 if team == 'a' else per_team):04d}", tuple(range(8))),)
+            ),
+            -100.0,
+        )
+        for team in ("a", "b")
+        for i in range(per_team)
+    ]
 
 
 def _full_cluster() -> tuple[PolicyIndex, list, list[RunningWorkload]]:  # type: ignore[type-arg]
     """Eight 8-GPU nodes: team a holds its nominal 32 GPUs on four, team b its nominal 32 on the other four."""
     p = policy()
-    node_list = nodes(p, train=8)
-    running = [
-        RunningWorkload(
-            job(f"{team}-run{i}", team, t=-100.0),
-            Placement("train", "h100", (PodPlacement(f"train-{i + (0 if team == 'a' else 4):04d}", tuple(range(8))),)),
-            -100.0,
-        )
-        for team in ("a", "b")
-        for i in range(4)
-    ]
-    return PolicyIndex(p), node_list, running
+    return PolicyIndex(p), nodes(p, train=8), _whole_nodes_held(4)
 
 
 def test_a_saturated_cycle_settles_and_decides_as_the_full_cycle() -> None:
@@ -172,14 +177,7 @@ def test_searches_refused_at_their_cheap_tests_are_kept_while_nothing_changes(mo
     again; after a run ends it runs them again. Every cycle decides as a fresh snapshot's full cycle."""
     import gpuplane.scheduler.cycle as cycle_module
 
-    calls: list[str] = []
-    original = cycle_module.refused_at_once
-
-    def counted(st, r):  # type: ignore[no-untyped-def]
-        calls.append(r.id)
-        return original(st, r)
-
-    monkeypatch.setattr(cycle_module, "refused_at_once", counted)
+    calls = count_calls(monkeypatch, cycle_module, "refused_at_once", lambda st, r: r.id)
     index, node_list, running = _full_cluster()
     kept = CycleState(index, node_list, 0.0)
     kept.load(running)
@@ -205,15 +203,7 @@ def test_a_smaller_gang_failing_later_changes_what_parked_gangs_would_be_told() 
     one-by-one cycle tells it (``Admitter.rewritten`` counts as a change and sends parked queues back)."""
     p = policy(scheduling={"backfill": {"mode": "greedy"}})
     node_list = nodes(p, train=4)
-    running = [
-        RunningWorkload(
-            job(f"{team}-run{i}", team, t=-100.0),
-            Placement("train", "h100", (PodPlacement(f"train-{i + (0 if team == 'a' else 2):04d}", tuple(range(8))),)),
-            -100.0,
-        )
-        for team in ("a", "b")
-        for i in range(2)
-    ]
+    running = _whole_nodes_held(2)
     pending = [
         job("a3", "a", pods=3, gpus=1, t=0.0),
         job("b1", "b", pods=1, gpus=1, t=1.0),
