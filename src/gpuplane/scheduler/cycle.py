@@ -374,7 +374,7 @@ class _Cycle:
         known = self.quiet.get(group)
         if known is not None:
             return known
-        if len(r.options) == 1 and len(r.options[0].pools) == 1:  # a capacity wait kept since the ledger last changed
+        if len(r.options) == 1 and len(r.options[0].pools) == 1:  # a capacity wait kept (``_capacity_wait``)
             if self.admitter.rewritten != self.capacity_rewritten:
                 self.quiet_capacity.clear()
                 self.capacity_rewritten = self.admitter.rewritten
@@ -410,25 +410,12 @@ class _Cycle:
         """How ``r``, which its quota admits, would wait for GPUs without changing anything, or None: when its one
         pool's placement failure is remembered (``Admitter.known_failure``), moving runs to make room already
         failed (``defrag_memo``), its preemption search is known to fail, and no reservation can be made (the pool
-        has one, or a search for one failed since the last admission). Not kept per shape: the placement and the
-        reservation depend on the pool and, around a reservation, on the workload's expected duration: kept per
-        shape, pool and spread group (``quiet_capacity``) only while the pool has no reservation."""
+        has one, or a search for one failed since the last admission). Kept per shape, pool and spread group
+        (``quiet_capacity``, which ``_quiet_wait`` reads) while the pool has no reservation: around one, the
+        placement depends on each workload's expected duration."""
         if len(only.pools) != 1 or r.count != r.required:
             return None
         pool = only.pools[0].name
-        if self.admitter.rewritten != self.capacity_rewritten:
-            self.quiet_capacity.clear()
-            self.capacity_rewritten = self.admitter.rewritten
-        key = (r.shape, pool, r.workload.spread_group)
-        known = self.quiet_capacity.get(key)
-        if known is not None:
-            return known
-        outcome = self._find_capacity_wait(r, pool)
-        if outcome is not None and not self.spare_longer_waiting and pool not in self.st.reservations:
-            self.quiet_capacity[key] = outcome
-        return outcome
-
-    def _find_capacity_wait(self, r: Resolved, pool: str) -> Outcome | None:
         result = self.admitter.known_failure(r, pool)
         if result is None:
             return None
@@ -440,14 +427,12 @@ class _Cycle:
             and self.defrag_memo.get(_defrag_key(r)) != self.admissions
         ):
             return None
-        searched = False
-        if self.preemption and (code in CAPACITY_CODES or code in _QUOTA_PREEMPTABLE):
-            if self._search_known_to_fail(r):
-                pass
-            elif self.may_search_ahead and self._refused_at_once(r):
-                searched = True
-            else:
+        searched = False  # whether deciding it would run (and remember) a failing preemption search
+        preemptable = self.preemption and (code in CAPACITY_CODES or code in _QUOTA_PREEMPTABLE)
+        if preemptable and not self._search_known_to_fail(r):
+            if not (self.may_search_ahead and self._refused_at_once(r)):
                 return None
+            searched = True
         if (
             code in CAPACITY_CODES
             and self.mode == "easy"
@@ -455,7 +440,10 @@ class _Cycle:
             and _reservation_key(r, pool) not in self.unreservable
         ):
             return None
-        return code, result.details, searched
+        outcome: Outcome = code, result.details, searched
+        if not self.spare_longer_waiting and pool not in self.st.reservations:
+            self.quiet_capacity[(r.shape, pool, r.workload.spread_group)] = outcome
+        return outcome
 
     def _refused_at_once(self, r: Resolved) -> bool:
         """Whether ``r``'s preemption search fails at its cheap tests (``preemption.refused_at_once``), remembered

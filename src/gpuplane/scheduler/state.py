@@ -150,8 +150,7 @@ class CycleState:
         self._resolutions = Resolutions() if resolutions is None else resolutions
         self._resolutions.follow(self.guard_s)
         self._resolved = self._resolutions.entries
-        self.remember_resolved = remember_resolved or resolutions is not None
-        # off for a one-cycle state of its own: remembering costs, never pays
+        self.remember_resolved = remember_resolved or resolutions is not None  # a one-cycle state's own: never pays
 
     def resolve(self, w: Workload) -> Resolved:
         """``resolve(w)``, remembered while the runtime passes the same workload object cycle after cycle.
