@@ -209,3 +209,32 @@ def test_kept_preemption_sources_judge_by_the_preemptor_they_were_made_for_not_i
     shared, _ = _sources(st, second, second.options[0])
     had_gpu_time = Standing(second.tier, 1, False, False, False, False)
     assert not shared["a"].accept(had_gpu_time)
+
+
+def test_a_failed_search_on_one_pool_does_not_stop_a_twin_that_may_use_another():
+    """Two jobs of one queue, tier and shape: the first may run only on a pool where nothing may be preempted for
+    it, the second also on a pool holding low-priority work. The first's failed search says nothing about the
+    second's (the pools are part of what a failed search is remembered by): the second preempts and starts."""
+    from tests.unit.fixtures import BASE_POLICY
+
+    pools = [
+        *BASE_POLICY["pools"],
+        {"name": "train2", "gpu_model": "h100", "gpus_per_node": 8, "max_nodes": 4, "price_per_node_hour": 60},
+    ]
+    teams = [dict(t, pools=[*t["pools"], "train2"]) if t["name"] == "a" else t for t in BASE_POLICY["teams"]]
+    p = policy(pools=pools, teams=teams)
+    running = [
+        RunningWorkload(
+            job("normal-run", "a", t=-100.0),
+            Placement("train", "h100", (PodPlacement("train-0000", tuple(range(8))),)),
+            -100.0,
+        ),
+        RunningWorkload(
+            job("low-run", "a", klass="batch", t=-100.0),
+            Placement("train2", "h100", (PodPlacement("train2-0000", tuple(range(8))),)),
+            -100.0,
+        ),
+    ]
+    pending = [job("narrow", "a", t=0.0, pools=("train",)), job("broad", "a", t=1.0)]
+    result = cycle(p, nodes(p, train=1, train2=1), pending, running)
+    assert kinds(result) == {"narrow": "wait", "broad": "admit", "low-run": "preempt"}

@@ -64,6 +64,8 @@ class Resolved:
     options: list[FlavorOption]
     rejected_pools: dict[str, str] = field(default_factory=dict)
     preemption_key: tuple[object, ...] = ()
+    """What a preemption search for it reads besides the state: queue, tier, every option's flavor and pools, pod
+    shape, topology, level (and whether the starvation guard promoted it): failed searches are remembered by it."""
     level: int = 0
     """Attained-service level (0 when the policy declares none): lower levels go first within a tier."""
     promote_at: float = math.inf
@@ -234,7 +236,7 @@ def _profile(w: Workload, index: PolicyIndex) -> _Profile:
         preemption_key=(
             queue.name,
             tier.value,
-            options[0].flavor if options else None,
+            tuple((o.flavor, tuple(p.name for p in o.pools)) for o in options),
             gpus_per_pod,
             pods.mig_profile,
             pods.gpu_milli,
