@@ -321,16 +321,25 @@ def refused_at_once(st: CycleState, r: Resolved) -> bool:
     """Whether ``plan_preemption`` would fail for ``r`` at its cheap necessary tests on every option (no allowed
     victim, the quota refuses whatever it stops, or no node could be made whole), without stopping any victim
     tentatively: a search that changes nothing, which a cycle may run ahead of its turn."""
-    for option in r.options:
-        sources, _ = _sources(st, r, option)
-        if not _enough(st, r, option, sources):
-            continue
-        if r.gpus_per_pod > 1 and r.mig_profile is None and r.gpu_milli is None:
-            costs = _clearing_costs(st, r, option, sources)
-            if _clearable_pods(st, r, option, costs) < r.required:
-                continue
-        return False
-    return True
+    return all(_searchable(st, r, option) is None for option in r.options)
+
+
+def _searchable(
+    st: CycleState, r: Resolved, option: FlavorOption
+) -> tuple[dict[str, _Source], bool, ClearingCosts | None] | None:
+    """What a search for ``r`` on ``option`` walks (its sources, whether they are reclaimed quota, and for pods of
+    several whole GPUs the nodes cheapest to clear), or None when its cheap necessary tests refuse it already.
+    ``plan_preemption`` and ``refused_at_once`` both ask it, so a search refused ahead of its turn is exactly
+    one that would fail at these tests."""
+    sources, reclaiming = _sources(st, r, option)
+    if not _enough(st, r, option, sources):
+        return None
+    costs = None
+    if r.gpus_per_pod > 1:  # whole GPUs only: MIG and shared pods count 0 here
+        costs = _clearing_costs(st, r, option, sources)
+        if _clearable_pods(st, r, option, costs) < r.required:
+            return None
+    return sources, reclaiming, costs
 
 
 def _fits(admitter: Admitter, r: Resolved, option: FlavorOption) -> bool:
@@ -339,17 +348,15 @@ def _fits(admitter: Admitter, r: Resolved, option: FlavorOption) -> bool:
 
 def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
     for option in r.options:
-        sources, reclaiming = _sources(st, r, option)
-        if not _enough(st, r, option, sources):
+        searchable = _searchable(st, r, option)
+        if searchable is None:
             continue
+        sources, reclaiming, costs = searchable
         mark = st.cap.mark()
         removed: list[RunEntry] = []
         fits = False
         candidates: Iterable[RunEntry]
-        if r.gpus_per_pod > 1:
-            costs = _clearing_costs(st, r, option, sources)
-            if r.mig_profile is None and r.gpu_milli is None and _clearable_pods(st, r, option, costs) < r.required:
-                continue
+        if costs is not None:
             candidates = _cheapest_nodes_first(st, r, option, sources, costs)
         else:
             candidates = _candidates(st, r, option, sources)
