@@ -211,8 +211,7 @@ class _Cycle:
         cycle had made then: the same search fails again while no admission has changed the state since."""
         self.admissions = 0
         self.changes = 0
-        """Admissions and reservations made so far: with ``Admitter.rewritten``, what may change how parked work
-        would wait."""
+        """Admissions and reservations made so far (``_changed``)."""
         self.memo_entries = 0
         """Failed preemption searches remembered so far: more of them can only make more workloads wait quietly."""
         self.quiet: dict[tuple[object, ...], Outcome] = {}
@@ -222,16 +221,15 @@ class _Cycle:
         """Shapes ``_quiet_wait`` found may change the state, until the next admission or failed search, or until a
         placement or reservation failure is learned."""
         self.loud_learned = 0
-        """``Admitter.learned`` when ``loud`` was last valid."""
+        """``_learned()`` when ``loud`` was last valid."""
         self.unreservable: set[tuple[object, ...]] = set()
         """Reservation searches (``_reservation_key``) that found none since the last admission."""
         self.reservations_refused = 0
         """How many reservation searches found none this cycle (never decreases)."""
         self.quiet_capacity: dict[tuple[object, ...], Outcome] = {}
-        """``_capacity_wait``'s outcomes per (shape, pool, spread group) until the next admission, reservation or
-        replaced placement failure."""
-        self.capacity_rewritten = 0
-        """``Admitter.rewritten`` when ``quiet_capacity`` was last valid."""
+        """``_capacity_wait``'s outcomes per (shape, pool, spread group) while ``_changed()`` stays at
+        ``capacity_changed``."""
+        self.capacity_changed = 0
         self.refused: set[tuple[object, ...]] = set()
         """(preemption key, pods) whose search ``preemption.refused_at_once`` showed would fail, until the next
         admission: the search itself is not run again."""
@@ -281,7 +279,7 @@ class _Cycle:
             head = items[pos]
             items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
             assert head is not None
-            changes, at = self.changes + self.admitter.rewritten, len(self.decisions)
+            changes, at = self._changed(), len(self.decisions)
             if parking is not None and parking.parked:
                 parking.settle_before(top, at, self._searched)
             self._decide(head, pos)
@@ -300,7 +298,7 @@ class _Cycle:
                 following = self._key(after, name, pos + 1)
                 parked = (
                     parking is not None
-                    and self.changes + self.admitter.rewritten == changes
+                    and self._changed() == changes
                     and self.decisions[-1].kind is DecisionKind.WAIT
                     and self._quiet_wait(after) is not None  # the common refusal, without the scan's bookkeeping
                     and parking.try_park(
@@ -311,7 +309,7 @@ class _Cycle:
                         self._share(head, name),
                         self._quiet_wait,
                         changes,
-                        self.memo_entries + self.admitter.learned + self.reservations_refused,
+                        self._learned(),
                         len(self.decisions),
                     )
                 )
@@ -323,7 +321,7 @@ class _Cycle:
                     heapq.heapreplace(heap, following)
             else:
                 heapq.heappop(heap)
-            if parking is not None and parking.parked and self.changes + self.admitter.rewritten != changes:
+            if parking is not None and parking.parked and self._changed() != changes:
                 parking.unpark(heap)
             if self.mode == "strict" and len(self.blocked_pools) == self.all_pools:
                 self._drain_blocked(queues, heap)
@@ -363,6 +361,16 @@ class _Cycle:
         return cached[1]
 
     # -- the settled rest -------------------------------------------------------------------------------
+    def _changed(self) -> int:
+        """Counts what may change how a parked workload would wait: admissions, reservations, and remembered
+        placement failures replaced by a smaller gang's (``Admitter.rewritten``)."""
+        return self.changes + self.admitter.rewritten
+
+    def _learned(self) -> int:
+        """Counts the failures learned this cycle (preemption searches, placements, reservations): more of them can
+        only make more workloads wait quietly."""
+        return self.memo_entries + self.admitter.learned + self.reservations_refused
+
     def _quiet_wait(self, r: Resolved) -> Outcome | None:
         """How ``r`` would wait if decided now without changing anything, or None when deciding it might change
         the state: what ``_decide`` does for a workload with no eligible pool, or with one option whose quota
@@ -375,15 +383,15 @@ class _Cycle:
         if known is not None:
             return known
         if len(r.options) == 1 and len(r.options[0].pools) == 1:  # a capacity wait kept (``_capacity_wait``)
-            if self.admitter.rewritten != self.capacity_rewritten:
+            if self._changed() != self.capacity_changed:
                 self.quiet_capacity.clear()
-                self.capacity_rewritten = self.admitter.rewritten
+                self.capacity_changed = self._changed()
             known = self.quiet_capacity.get((group, r.options[0].pools[0].name, r.workload.spread_group))
             if known is not None:
                 return known
-        if self.admitter.learned != self.loud_learned:
+        if self._learned() != self.loud_learned:
             self.loud.clear()
-            self.loud_learned = self.admitter.learned
+            self.loud_learned = self._learned()
         if group in self.loud or len(r.options) != 1:
             return None
         only = r.options[0]
@@ -471,10 +479,9 @@ class _Cycle:
 
     def _remember_failure(self, r: Resolved, waited: float) -> None:
         """A preemption search for ``r`` failed (or would): later searches of its shape with as many GPUs and no
-        longer a wait fail too; shapes found loud may now wait quietly."""
+        longer a wait fail too; shapes found loud may now wait quietly (``_learned``)."""
         self.preempt_memo.setdefault(r.preemption_key, []).append((r.required, waited))
         self.memo_entries += 1
-        self.loud.clear()
 
     # -- 4-6: one head ----------------------------------------------------------------------------------
     def _decide(self, r: Resolved, position: int) -> None:
@@ -550,7 +557,6 @@ class _Cycle:
         self.admissions += 1
         self.changes += 1
         self.quiet.clear()
-        self.quiet_capacity.clear()
         self.loud.clear()
         self.refused.clear()
         self.kept_refused = frozenset()
@@ -792,13 +798,11 @@ class _Cycle:
                 self.st.reservations[pool] = reservation
                 self.admitter.forget()
                 self.quiet.clear()
-                self.quiet_capacity.clear()
                 self.changes += 1
                 return reservation
             if self.st.incremental:
                 self.unreservable.add(key)
                 self.reservations_refused += 1
-                self.loud.clear()
         return None
 
     def _wait(self, workload_id: str, code: ReasonCode, details: Mapping[str, Any]) -> None:
