@@ -12,6 +12,7 @@ import pytest
 from gpuplane.io.policy_file import load_policy
 from gpuplane.live.control import cycle_collector_paused
 from gpuplane.live.convert import gpus_asked
+from gpuplane.live.job_index import JobIndex
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import RunPhase, RunStatus
 from gpuplane.live.records import EventRecord, JobRecord, JobState
@@ -60,7 +61,10 @@ def test_pending_gauges_counted_per_shape_equal_the_per_job_figures() -> None:
         for team in ("research", "product")
     ]
     jobs[0].state = JobState.CANCELLED
-    metrics.observe_jobs(jobs, {}, {}, 10.0)
+    index = JobIndex()
+    for j in jobs:
+        index.add(j)
+    metrics.observe_jobs(index.busy(), index.pending_shapes, {}, {}, 10.0)
     for team in ("research", "product"):
         waiting = [j for j in jobs if j.team == team and j.state is JobState.PENDING]
         sizes: dict[float, int] = {}

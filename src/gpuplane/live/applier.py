@@ -41,6 +41,7 @@ from gpuplane.live.intents import (
     Submit,
     SubmitMany,
 )
+from gpuplane.live.job_index import JobIndex
 from gpuplane.live.metrics import Metrics
 from gpuplane.live.ports import Clock
 from gpuplane.live.records import EventRecord, JobRecord, JobState, NodeRecord, ServiceRecord
@@ -72,6 +73,8 @@ class PlaneState:
     """The core's view of each live job, kept while the job is (a cache ``ControlPlane`` refreshes)."""
     by_key: dict[tuple[str, str], str] = field(default_factory=dict)
     """The id of the job each (team, idempotency key) was accepted with."""
+    index: JobIndex = field(default_factory=JobIndex)
+    """The pending and the busy jobs, kept as jobs are accepted and move (``Batch.move``)."""
 
 
 @dataclass(slots=True)
@@ -134,6 +137,7 @@ class Applier:
         """Take the jobs a restarted plane reads from its store."""
         for job in jobs:
             self.state.jobs[job.id] = job
+            self.state.index.add(job)
             if job.idempotency_key:
                 self.state.by_key[(job.team, job.idempotency_key)] = job.id
 
@@ -188,7 +192,7 @@ class Batch:
 
     def _started(self, intent: MarkStarted) -> None:
         job = self._s.jobs[intent.job_id]
-        job.move_to(JobState.RUNNING)
+        self.move(job, JobState.RUNNING)
         job.start_time = self._a.clock()
         job.failed_starts = 0
         self._event(job, "started", {"pods": intent.pods, "attempt": job.attempts})
@@ -239,7 +243,7 @@ class Batch:
     def _admit(self, intent: Admit) -> None:
         job = self._s.jobs[intent.job_id]
         now = self._a.clock()
-        job.move_to(JobState.ADMITTED)
+        self.move(job, JobState.ADMITTED)
         job.reserved_before = False
         job.placement = intent.placement
         job.admitted_time = now
@@ -294,6 +298,7 @@ class Batch:
 
     def _accept(self, job: JobRecord) -> None:
         self._s.jobs[job.id] = job
+        self._s.index.add(job)
         if job.idempotency_key:
             self._s.by_key[(job.team, job.idempotency_key)] = job.id
         self._submitted = True
@@ -307,7 +312,7 @@ class Batch:
             self.finish(job, JobState.CANCELLED, now, None, "cancelled", {})
             return
         was_preempting = job.state is JobState.PREEMPTING
-        job.move_to(JobState.CANCELLING)
+        self.move(job, JobState.CANCELLING)
         job.stop_deadline = job.stop_deadline if was_preempting else now + self._a.grace_s
         self._event(job, "cancelling", {"grace_period_s": self._a.grace_s})
         if not was_preempting:
@@ -324,7 +329,7 @@ class Batch:
     def _assume_started(self, intent: AssumeStarted) -> None:
         job = self._s.jobs[intent.job_id]
         now = self._a.clock()
-        job.move_to(JobState.RUNNING)
+        self.move(job, JobState.RUNNING)
         job.start_time = now
         job.observed.setdefault("shadow_first_admitted_time", now)
         self._changed[job.id] = job
@@ -373,11 +378,17 @@ class Batch:
     def _save_service(self, intent: SaveService) -> None:
         self._services.append((intent.service, intent.event))
 
+    def move(self, job: JobRecord, state: JobState) -> None:
+        """Move ``job`` to ``state`` (``JobRecord.move_to``) and keep the plane's index of jobs in step."""
+        before = job.state
+        job.move_to(state)
+        self._s.index.moved(job, before)
+
     def begin_preemption(self, job: JobRecord, now: float, reason: dict[str, Any]) -> bool:
         """Mark a job that holds GPUs as being stopped to be requeued; True when its pods run and must be told
         to checkpoint (they get the grace period), False when they never started (stopped at once)."""
         started = job.state is JobState.RUNNING
-        job.move_to(JobState.PREEMPTING)
+        self.move(job, JobState.PREEMPTING)
         job.stop_deadline = now + self._a.grace_s if started else now
         job.reason = reason
         self._changed[job.id] = job
@@ -390,7 +401,7 @@ class Batch:
         run = self._account(job, now, lost=False)
         if reason == "cancelled":
             details = {"message": "cancelled on request", **details}
-        job.move_to(state)
+        self.move(job, state)
         job.end_time = now
         job.exit_code = exit_code
         job.stop_deadline = None
@@ -407,7 +418,7 @@ class Batch:
         if job.state is JobState.PREEMPTING:
             job.preemptions += 1
         job.queued_time = now
-        job.move_to(JobState.PENDING)
+        self.move(job, JobState.PENDING)
         job.placement = None
         job.start_time = None
         job.stop_deadline = None

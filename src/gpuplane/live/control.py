@@ -35,7 +35,6 @@ from gpuplane.live.metrics import Metrics
 from gpuplane.live.modes import check_mode
 from gpuplane.live.ports import Clock, ClusterNode, Engine, NodeProvider, RunPhase, RunStatus
 from gpuplane.live.reconcile import (
-    IDLE_STATES,
     Observation,
     checkpoint_due,
     decision_intents,
@@ -415,7 +414,7 @@ class ControlPlane:
         nodes = self._nodes()
         now = self.clock()
         with self.lock:
-            active = [job for job in self.jobs.values() if job.state not in IDLE_STATES]
+            active = list(self.state.index.busy())
             due = checkpoint_due(active, statuses, self.state.checkpoint_checked, now)
         checkpoints = {job_id: self.engine.last_checkpoint_time(job_id) for job_id in due}
         return Observation(now, statuses, nodes, checkpoints, active)
@@ -465,26 +464,21 @@ class ControlPlane:
 
     def _snapshot(self, alive: dict[str, ClusterNode], now: float) -> ClusterSnapshot:
         """The core's view: ready nodes, the work holding GPUs, the pending work past any start backoff (each in
-        submission order; one pass over the jobs, the pending ones first since they are most of a long queue)."""
-        running = []
+        submission order, read from the plane's index of jobs: finished jobs are not walked)."""
         pending = []
-        waiting, holding = JobState.PENDING, (JobState.ADMITTED, JobState.RUNNING)
         kept = self.state.workloads
-        for job in self.jobs.values():
-            state = job.state
-            if state is waiting:
-                if job.not_before is None or job.not_before <= now:
-                    workload = kept.get(job.id)  # _workload's test inline: once per pending job and tick
-                    if (
-                        workload is None
-                        or workload.attained_gpu_s != job.attained_gpu_s
-                        or workload.reserved_before != job.reserved_before
-                        or workload.preemptions != job.preemptions
-                    ):
-                        workload = self._workload(job)
-                    pending.append(workload)
-            elif state in holding:
-                running.append(to_running(job, self._workload(job)))
+        for job in self.state.index.pending():
+            if job.not_before is None or job.not_before <= now:
+                workload = kept.get(job.id)  # _workload's test inline: once per pending job and tick
+                if (
+                    workload is None
+                    or workload.attained_gpu_s != job.attained_gpu_s
+                    or workload.reserved_before != job.reserved_before
+                    or workload.preemptions != job.preemptions
+                ):
+                    workload = self._workload(job)
+                pending.append(workload)
+        running = [to_running(job, self._workload(job)) for job in self.state.index.busy() if job.state.holds_gpus]
         nodes = [to_node(n, n.name not in self.state.cordoned) for n in alive.values()]
         load = LoadSignals() if self.pending_waits is None else self.pending_waits.signals
         return ClusterSnapshot(now, nodes, running, pending, load)
@@ -497,8 +491,7 @@ class ControlPlane:
             now,
             (
                 queueing_delay(self._workload(job), now, max(1, job.pods * job.gpus_per_pod))
-                for job in self.jobs.values()
-                if job.state is JobState.PENDING
+                for job in self.state.index.pending()
             ),
         )
 
@@ -578,8 +571,9 @@ class ControlPlane:
         for pool, count in self.booting_nodes().items():
             states.setdefault(pool, {})["booting"] = count
         with self.lock:
-            jobs = list(self.jobs.values())
-        self.metrics.observe_jobs(jobs, states, gpus, report.now)
+            busy = list(self.state.index.busy())
+            shapes = dict(self.state.index.pending_shapes)
+        self.metrics.observe_jobs(busy, shapes, states, gpus, report.now)
 
     def running_pods(self) -> dict[str, list[tuple[str, str | None]]]:
         """Per running job, each pod's node and the ``CUDA_VISIBLE_DEVICES`` its process was started with (as the

@@ -6,15 +6,14 @@ state after every tick. Every instance has its own registry, so several control 
 
 from __future__ import annotations
 
-from collections import Counter as Tally
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from operator import attrgetter
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from gpuplane.live.convert import gpus_held, shape_gpus
+from gpuplane.live.job_index import PendingShape
 from gpuplane.live.records import EventRecord, JobRecord, JobState
 from gpuplane.model.guarantee import owed_gpus
 from gpuplane.policy import PolicySpec
@@ -31,10 +30,6 @@ _PREEMPT_REASONS = (
     "preempted_for_starved_work",
     "preempted_to_defragment",
 )
-
-
-_SHAPE = attrgetter("team", "pods", "gpus_per_pod", "gpu_milli")
-"""A pending job's queue and shape: the gauges count pending jobs per shape."""
 
 
 class Metrics:
@@ -169,9 +164,15 @@ class Metrics:
         self._last_cost_time: float | None = None
 
     def observe_jobs(
-        self, jobs: list[JobRecord], nodes_by_pool: dict[str, dict[str, int]], gpus_by_pool: dict[str, int], now: float
+        self,
+        busy: Iterable[JobRecord],
+        pending_shapes: Mapping[PendingShape, int],
+        nodes_by_pool: dict[str, dict[str, int]],
+        gpus_by_pool: dict[str, int],
+        now: float,
     ) -> None:
-        """Recompute the gauges from jobs and nodes; charge each team for the GPUs it held since the last call."""
+        """Recompute the gauges from the jobs neither pending nor finished (``busy``), the pending jobs counted
+        per (team, shape) and the nodes; charge each team for the GPUs it held since the last call."""
         allocated: dict[str, float] = defaultdict(float)
         utilized: dict[str, float] = defaultdict(float)
         team_gpus: dict[str, float] = defaultdict(float)
@@ -181,10 +182,8 @@ class Metrics:
         running: dict[str, int] = defaultdict(int)
         dt = 0.0 if self._last_cost_time is None else max(0.0, now - self._last_cost_time)
         self._last_cost_time = now
-        waiting = JobState.PENDING
-        shapes = Tally(map(_SHAPE, [job for job in jobs if job.state is waiting]))
-        for job in jobs:
-            if job.state is not waiting and job.state.holds_gpus and job.placement is not None:
+        for job in busy:
+            if job.state.holds_gpus and job.placement is not None:
                 held = gpus_held(job)
                 pool = job.placement.pool
                 allocated[pool] += held
@@ -194,7 +193,7 @@ class Metrics:
                     utilized[pool] += held
                 if dt:
                     self.team_cost.labels(job.team).inc(held * dt * self._price.get(pool, 0.0) / 3600.0)
-        for (team, pods, gpus_per_pod, gpu_milli), count in shapes.items():
+        for (team, pods, gpus_per_pod, gpu_milli), count in pending_shapes.items():
             asked = shape_gpus(pods, gpus_per_pod, gpu_milli)
             pending_jobs[team] += count
             pending_gpus[team] += asked * count
