@@ -302,6 +302,7 @@ def test_incremental_cycle_decides_as_the_full_cycle_under_preemption_storms(dat
         snapshot = ClusterSnapshot(now, node_list, running, pending)
         result = schedule(index, snapshot)
         assert schedule(index, snapshot, incremental=False).decisions == result.decisions
+        assert [(wid, code) for code, ids in result.settled_runs() for wid in ids] == list(result.settled_waits())
         assert run_cycle(kept, now, pending).decisions == result.decisions
         assert run_cycle(reference, now, pending).decisions == result.decisions
         running_by_id = {r.workload.id: r for r in running}

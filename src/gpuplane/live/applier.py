@@ -70,7 +70,8 @@ class PlaneState:
     checkpoint_checked: dict[str, float] = field(default_factory=dict)
     """When each running job's checkpoint time was last read."""
     workloads: dict[str, Workload] = field(default_factory=dict)
-    """The core's view of each live job, kept while the job is (a cache ``ControlPlane`` refreshes)."""
+    """The core's view of each live job (``ControlPlane`` fills it), forgotten whenever the job moves or is marked
+    reserved: the same object tick after tick while the job is unchanged, so kept resolutions stay valid."""
     by_key: dict[tuple[str, str], str] = field(default_factory=dict)
     """The id of the job each (team, idempotency key) was accepted with."""
     index: JobIndex = field(default_factory=JobIndex)
@@ -278,6 +279,7 @@ class Batch:
         job = self._job(intent.job_id)
         if job is not None and job.state is JobState.PENDING and not job.reserved_before:
             job.reserved_before = True
+            self._s.workloads.pop(job.id, None)
             self._changed[job.id] = job
 
     def _submit(self, intent: Submit) -> None:
@@ -379,10 +381,13 @@ class Batch:
         self._services.append((intent.service, intent.event))
 
     def move(self, job: JobRecord, state: JobState) -> None:
-        """Move ``job`` to ``state`` (``JobRecord.move_to``) and keep the plane's index of jobs in step."""
+        """Move ``job`` to ``state`` (``JobRecord.move_to``), keep the plane's index of jobs in step and forget its
+        view for the core (a job's attained service, preemptions and reservation mark change only as it moves or is
+        marked reserved)."""
         before = job.state
         job.move_to(state)
         self._s.index.moved(job, before)
+        self._s.workloads.pop(job.id, None)
 
     def begin_preemption(self, job: JobRecord, now: float, reason: dict[str, Any]) -> bool:
         """Mark a job that holds GPUs as being stopped to be requeued; True when its pods run and must be told
@@ -406,7 +411,6 @@ class Batch:
         job.exit_code = exit_code
         job.stop_deadline = None
         job.reason = {"reason": reason, **details}
-        self._s.workloads.pop(job.id, None)
         self._s.checkpoint_checked.pop(job.id, None)
         self._s.scale_ups.pop(job.id, None)
         self._event(job, reason, {**details, **run, "usage": dict(job.usage)})

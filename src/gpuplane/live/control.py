@@ -465,19 +465,12 @@ class ControlPlane:
     def _snapshot(self, alive: dict[str, ClusterNode], now: float) -> ClusterSnapshot:
         """The core's view: ready nodes, the work holding GPUs, the pending work past any start backoff (each in
         submission order, read from the plane's index of jobs: finished jobs are not walked)."""
-        pending = []
-        kept = self.state.workloads
-        for job in self.state.index.pending():
-            if job.not_before is None or job.not_before <= now:
-                workload = kept.get(job.id)  # _workload's test inline: once per pending job and tick
-                if (
-                    workload is None
-                    or workload.attained_gpu_s != job.attained_gpu_s
-                    or workload.reserved_before != job.reserved_before
-                    or workload.preemptions != job.preemptions
-                ):
-                    workload = self._workload(job)
-                pending.append(workload)
+        kept, build = self.state.workloads.get, self._workload
+        pending = [
+            kept(job.id) or build(job)
+            for job in self.state.index.pending()
+            if job.not_before is None or job.not_before <= now
+        ]
         running = [to_running(job, self._workload(job)) for job in self.state.index.busy() if job.state.holds_gpus]
         nodes = [to_node(n, n.name not in self.state.cordoned) for n in alive.values()]
         load = LoadSignals() if self.pending_waits is None else self.pending_waits.signals
@@ -496,15 +489,10 @@ class ControlPlane:
         )
 
     def _workload(self, job: JobRecord) -> Workload:
+        """The core's view of ``job``, kept until the applier forgets it (``PlaneState.workloads``)."""
         workload = self.state.workloads.get(job.id)
-        if (
-            workload is None
-            or workload.attained_gpu_s != job.attained_gpu_s
-            or workload.reserved_before != job.reserved_before
-            or workload.preemptions != job.preemptions
-        ):
-            workload = to_workload(job)
-            self.state.workloads[job.id] = workload
+        if workload is None:
+            workload = self.state.workloads[job.id] = to_workload(job)
         return workload
 
     def resolved(self, job_id: str) -> Resolved | None:

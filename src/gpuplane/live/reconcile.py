@@ -189,14 +189,16 @@ def wait_intents(result: CycleResult, jobs: Mapping[str, JobRecord]) -> list[Job
     for workload_id, head, position in result.blocked_tail:
         if _wait_changed(jobs.get(workload_id), blocked):
             out.append(RecordWait(workload_id, blocked, {"head": head, "position": position}))
-    for queue in result.settled:  # most of a long queue: one pass, the job's reason compared to the code's value
-        last, value = None, ""
-        for index, (workload_id, code) in enumerate(queue.codes()):
-            if code is not last:
-                last, value = code, code.value
-            job = jobs.get(workload_id)
-            if job is not None and job.wait_reason != value and job.state is pending:
-                out.append(RecordWait(workload_id, value, queue.reason(index).details))
+    get = jobs.get
+    for queue in result.settled:  # most of a long queue: per run of one code, each job's reason compared to it
+        for code, first, ids in queue.runs():
+            value = code.value
+            changed = [
+                n
+                for n, job in enumerate(map(get, ids))
+                if job is not None and job.wait_reason != value and job.state is pending
+            ]
+            out.extend(RecordWait(ids[n], value, queue.reason(first + n).details) for n in changed)
     out.extend(MarkReserved(view.workload_id) for view in result.reservations)
     return out
 

@@ -115,6 +115,12 @@ class CycleResult:
         for queue in self.settled:
             yield from queue.codes()
 
+    def settled_runs(self) -> Iterator[tuple[ReasonCode, list[str]]]:
+        """The settled waits as runs of one code: (code, workload ids), without building their decisions."""
+        for queue in self.settled:
+            for code, _, ids in queue.runs():
+                yield code, ids
+
     @property
     def admitted(self) -> list[Decision]:
         """ADMIT decisions."""

@@ -21,6 +21,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
@@ -56,6 +58,7 @@ Outcome = tuple[ReasonCode, Mapping[str, Any] | None, bool]
 """How a workload waits when decided now without changing anything: its code, the quota verdict's figures (None
 for NO_ELIGIBLE_POOL, whose figures come from the resolution), and whether deciding it one by one would run a
 preemption search that fails (and remember the failure)."""
+_code = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,20 @@ class SettledQueue:
         items, outcomes, shift = self.items, self.outcomes, self.base
         for position in range(self.start, self.end):
             yield _at(items, position).workload.id, outcomes[position - shift][0]
+
+    def runs(self) -> Iterator[tuple[ReasonCode, int, list[str]]]:
+        """The waits as runs of one code: (code, index of the run's first wait, the run's workload ids), so that a
+        runtime compares each waiting job's last code with the run's value without a step per wait in between."""
+        items, first = self.items, self.start
+        shift = self.base
+        for code, run in groupby(self.outcomes[self.start - shift : self.end - shift], key=_code):
+            count = len(list(run))
+            yield (
+                code,
+                first - self.start,
+                [_at(items, position).workload.id for position in range(first, first + count)],
+            )
+            first += count
 
     def reason(self, index: int) -> Reason:
         """The reason of the ``index``-th wait, as the cycle would have given it one by one."""

@@ -547,12 +547,9 @@ class Simulation:
             blocked = ReasonCode.BLOCKED_BY_QUEUE_HEAD.value
             for wid, _head, _position in result.blocked_tail:
                 self._waits_for(records[wid], blocked, now)
-        last, value = None, ""
-        for wid, wait_code in result.settled_waits():  # most waits of a saturated replay: _waits_for's test inline
-            if wait_code is not last:
-                last, value = wait_code, wait_code.value
-            record = records[wid]
-            if record.wait_code != value:
+        for wait_code, ids in result.settled_runs():  # most waits of a saturated replay: _waits_for's test inline
+            value = wait_code.value
+            for record in [r for r in map(records.__getitem__, ids) if r.wait_code != value]:
                 self._waits_for(record, value, now)
         for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
