@@ -256,15 +256,22 @@ class _Cycle:
         queues: dict[str, list[Resolved | None]] = {}
         self.st.forget_resolved(len(self.pending))
         resolve, now = self.st.resolve, self.st.now  # hot loop: once per pending workload per cycle
-        promote_at = self.st.promote_at
+        kept = self.st.kept_resolutions()
+        guard = self.st.guard_s
         keep = self.index.policy.scheduling.backfill.keep_reservations
         for w in self.pending:
-            try:
-                r = resolve(w)
-            except InvalidWorkload as exc:
-                self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
-                continue
-            if not r.promoted and (promote_at(r) <= now or (keep and r.workload.reserved_before)):
+            cached = kept.get(w.id)  # ``CycleState.resolve``'s kept resolution, inline
+            if cached is not None and cached[0] is w:
+                r = cached[1]
+            else:
+                try:
+                    r = resolve(w)
+                except InvalidWorkload as exc:
+                    self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
+                    continue
+            if not r.promoted and (
+                (guard is not None and r.promote_base + guard <= now) or (keep and r.workload.reserved_before)
+            ):  # ``CycleState.promote_at`` inline
                 r.promote(self.index.promoted_preempt_borrowed)
             items = queues.get(r.queue.name)
             if items is None:
@@ -388,11 +395,13 @@ class _Cycle:
         known = self.quiet.get(group)
         if known is not None:
             return known
-        if len(r.options) == 1 and len(r.options[0].pools) == 1:  # a capacity wait kept (``_capacity_wait``)
-            if self._changed() != self.capacity_changed:
+        capacity = r.capacity_key
+        if capacity is not None:  # a capacity wait kept (``_capacity_wait``)
+            changed = self.changes + self.admitter.rewritten  # ``_changed()`` inline: once per parked workload
+            if changed != self.capacity_changed:
                 self.quiet_capacity.clear()
-                self.capacity_changed = self._changed()
-            known = self.quiet_capacity.get((group, r.options[0].pools[0].name, r.workload.spread_group))
+                self.capacity_changed = changed
+            known = self.quiet_capacity.get(capacity)
             if known is not None:
                 return known
         if self._learned() != self.loud_learned:
@@ -456,7 +465,8 @@ class _Cycle:
             return None
         outcome: Outcome = code, result.details, searched
         if not self.spare_longer_waiting and pool not in self.st.reservations:
-            self.quiet_capacity[(r.shape, pool, r.workload.spread_group)] = outcome
+            assert r.capacity_key is not None
+            self.quiet_capacity[r.capacity_key] = outcome
         return outcome
 
     def _refused_at_once(self, r: Resolved) -> bool:

@@ -80,6 +80,9 @@ class Resolved:
     shape: tuple[object, ...] = ()
     """What decides how it waits while it cannot be admitted: preemption key, pods, preemptible, options
     (workloads of one shape get the same quota verdict and the same preemption search outcome)."""
+    capacity_key: tuple[object, ...] | None = None
+    """Shape, pool and spread group when it may go to one pool only: what decides how it waits for GPUs there
+    while its quota admits it (``_Cycle._capacity_wait``); None with more than one pool."""
 
     def promote(self, preempts: bool) -> None:
         """The starvation guard fired: first in its tier from now on (its level no longer orders it). With
@@ -90,6 +93,7 @@ class Resolved:
         if preempts:
             self.preemption_key = (*self.preemption_key, "promoted")
             self.shape = _shape(self)
+            self.capacity_key = _capacity_key(self)
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
 
     @property
@@ -174,12 +178,19 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
     resolved.order = (-resolved.priority, True, resolved.level, w.submit_time, w.id)
     resolved.shape = _shape(resolved)
+    resolved.capacity_key = _capacity_key(resolved)
     if index.guarded:
         gpus = max(1.0, profile.required * profile.gpus_per_pod)
         resolved.promote_base = w.submit_time + w.attained_gpu_s / gpus
         if index.starvation_guard_s is not None:
             resolved.promote_at = resolved.promote_base + index.starvation_guard_s
     return resolved
+
+
+def _capacity_key(r: Resolved) -> tuple[object, ...] | None:
+    if len(r.options) != 1 or len(r.options[0].pools) != 1:
+        return None
+    return (r.shape, r.options[0].pools[0].name, r.workload.spread_group)
 
 
 def _shape(r: Resolved) -> tuple[object, ...]:

@@ -167,6 +167,11 @@ class CycleState:
         self._resolved[w.id] = (w, r)
         return r
 
+    def kept_resolutions(self) -> Mapping[str, tuple[Workload, Resolved]]:
+        """The resolutions ``resolve`` keeps (each with the workload object it was made from); empty when it keeps
+        none, for a cycle's loop over its pending workloads to read without a call per workload."""
+        return self._resolved if self.remember_resolved else {}
+
     def promote_at(self, r: Resolved) -> float:
         """When the starvation guard of this cycle promotes ``r`` (infinity without a guard)."""
         if self.guard_s is None:
