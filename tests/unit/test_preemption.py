@@ -205,7 +205,7 @@ def test_kept_preemption_sources_judge_by_the_preemptor_they_were_made_for_not_i
     st = CycleState(PolicyIndex(p), nodes(p, train=1), 0.0)
     first, second = st.resolve(job("w1", "a")), st.resolve(job("w2", "a"))
     _sources(st, first, first.options[0])
-    first.promote(True)
+    first.promote(st.index)
     shared, _ = _sources(st, second, second.options[0])
     had_gpu_time = Standing(second.tier, 1, False, False, False, False)
     assert not shared["a"].accept(had_gpu_time)

@@ -51,3 +51,19 @@ def test_a_guard_that_changes_forgets_the_kept_resolutions(resolved_ids: list[st
     result = schedule(index, longer, resolutions=kept)
     assert len(resolved_ids) == len(pending), "the guard grew: every workload must be resolved afresh"
     assert result.decisions == schedule(index, longer).decisions
+
+
+def test_key_numbers_are_equal_for_equal_keys_and_never_reused_after_the_table_starts_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``PolicyIndex.key_id`` numbers the shapes the cycle's caches look up: equal shapes share a number, and when
+    the table is full and starts afresh no number is given to another key (a cache would then mix two shapes)."""
+    import gpuplane.scheduler.index as index_module
+
+    monkeypatch.setattr(index_module, "_KEY_ID_LIMIT", 3)
+    index = PolicyIndex(policy())
+    first = [index.key_id(("a", n)) for n in range(3)]
+    assert first == [index.key_id(("a", n)) for n in range(3)] and len(set(first)) == 3
+    later = [index.key_id(("b", n)) for n in range(5)]
+    assert not set(later) & set(first), "a full table starts afresh with new numbers"
+    assert index.key_id(("b", 4)) == later[4]

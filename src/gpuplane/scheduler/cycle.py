@@ -220,10 +220,10 @@ class _Cycle:
         """Admissions and reservations made so far (``_changed``)."""
         self.memo_entries = 0
         """Failed preemption searches remembered so far: more of them can only make more workloads wait quietly."""
-        self.quiet: dict[tuple[object, ...], Outcome] = {}
+        self.quiet: dict[int, Outcome] = {}
         """``_quiet_wait``'s outcomes per shape (preemption key, pods, preemptible, options) until the next admission
         (with ``spare_longer_waiting`` a search depends on each workload's wait: nothing is kept then)."""
-        self.loud: set[tuple[object, ...]] = set()
+        self.loud: set[int] = set()
         """Shapes ``_quiet_wait`` found may change the state, until the next admission or failed search, or until a
         placement or reservation failure is learned."""
         self.loud_learned = 0
@@ -232,7 +232,7 @@ class _Cycle:
         """Reservation searches (``_reservation_key``) that found none since the last admission."""
         self.reservations_refused = 0
         """How many reservation searches found none this cycle (never decreases)."""
-        self.quiet_capacity: dict[tuple[object, ...], Outcome] = {}
+        self.quiet_capacity: dict[int, Outcome] = {}
         """``_capacity_wait``'s outcomes per (shape, pool, spread group) while ``_changed()`` stays at
         ``capacity_changed``."""
         self.capacity_changed = 0
@@ -272,7 +272,7 @@ class _Cycle:
             if not r.promoted and (
                 (guard is not None and r.promote_base + guard <= now) or (keep and r.workload.reserved_before)
             ):  # ``CycleState.promote_at`` inline
-                r.promote(self.index.promoted_preempt_borrowed)
+                r.promote(self.index)
             items = queues.get(r.queue.name)
             if items is None:
                 items = queues[r.queue.name] = []

@@ -20,6 +20,9 @@ from gpuplane.policy.schema import (
     TeamSpec,
 )
 
+_KEY_ID_LIMIT = 100_000
+"""Keys ``PolicyIndex.key_id`` numbers before it starts afresh."""
+
 
 @dataclass(frozen=True, slots=True)
 class PoolInfo:
@@ -120,6 +123,21 @@ class PolicyIndex:
         self._read_starvation_guard(policy.scheduling)
         self._read_preemption_rules(policy.scheduling.preemption)
         self.profile_cache: dict[tuple[object, ...], Any] = {}
+        self._key_ids: dict[tuple[object, ...], int] = {}
+        self._next_key_id = 0
+
+    def key_id(self, key: tuple[object, ...]) -> int:
+        """A number standing for ``key``: equal keys get equal numbers and different keys never share one, so a
+        cycle's caches that look one up per waiting workload hash an int instead of a nested tuple. Numbers are
+        never reused: when the table is full it starts afresh and equal keys get a new number (a cache keyed by
+        the old one then only misses)."""
+        number = self._key_ids.get(key)
+        if number is None:
+            if len(self._key_ids) >= _KEY_ID_LIMIT:
+                self._key_ids.clear()
+            number = self._key_ids[key] = self._next_key_id
+            self._next_key_id += 1
+        return number
 
     def _read_service_levels(self, levels: ServiceLevelsSpec | None) -> None:
         """Attained-service levels: thresholds in GPU-seconds, and whether higher levels may be preempted."""

@@ -77,23 +77,26 @@ class Resolved:
     """Promoted, and the policy gives promoted work preemption rights (``starvation_guard_preempts_borrowed``)."""
     order: tuple[int, bool, int, float, str] = (0, True, 0, 0.0, "")
     """Order within its queue: higher tier, promoted, lower level, earlier submission, id."""
-    shape: tuple[object, ...] = ()
+    shape: int = -1
     """What decides how it waits while it cannot be admitted: preemption key, pods, preemptible, options
-    (workloads of one shape get the same quota verdict and the same preemption search outcome)."""
-    capacity_key: tuple[object, ...] | None = None
-    """Shape, pool and spread group when it may go to one pool only: what decides how it waits for GPUs there
-    while its quota admits it (``_Cycle._capacity_wait``); None with more than one pool."""
+    (workloads of one shape get the same quota verdict and the same preemption search outcome), as the number
+    ``PolicyIndex.key_id`` gives it."""
+    capacity_key: int | None = None
+    """Shape, pool and spread group when it may go to one pool only (numbered by ``PolicyIndex.key_id``): what
+    decides how it waits for GPUs there while its quota admits it (``_Cycle._capacity_wait``); None with more
+    than one pool."""
 
-    def promote(self, preempts: bool) -> None:
-        """The starvation guard fired: first in its tier from now on (its level no longer orders it). With
-        ``preempts`` (the policy gives promoted work preemption rights) its victim search differs from its
-        unpromoted twins', so it no longer shares their remembered failed searches."""
+    def promote(self, index: PolicyIndex) -> None:
+        """The starvation guard fired: first in its tier from now on (its level no longer orders it). When the
+        policy gives promoted work preemption rights (``promoted_preempt_borrowed``) its victim search differs
+        from its unpromoted twins', so it no longer shares their remembered failed searches."""
+        preempts = index.promoted_preempt_borrowed
         self.promoted = True
         self.starving = preempts
         if preempts:
             self.preemption_key = (*self.preemption_key, "promoted")
-            self.shape = _shape(self)
-            self.capacity_key = _capacity_key(self)
+            self.shape = _shape(self, index)
+            self.capacity_key = _capacity_key(self, index)
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
 
     @property
@@ -177,8 +180,8 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
     resolved.order = (-resolved.priority, True, resolved.level, w.submit_time, w.id)
-    resolved.shape = _shape(resolved)
-    resolved.capacity_key = _capacity_key(resolved)
+    resolved.shape = _shape(resolved, index)
+    resolved.capacity_key = _capacity_key(resolved, index)
     if index.guarded:
         gpus = max(1.0, profile.required * profile.gpus_per_pod)
         resolved.promote_base = w.submit_time + w.attained_gpu_s / gpus
@@ -187,14 +190,14 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
     return resolved
 
 
-def _capacity_key(r: Resolved) -> tuple[object, ...] | None:
+def _capacity_key(r: Resolved, index: PolicyIndex) -> int | None:
     if len(r.options) != 1 or len(r.options[0].pools) != 1:
         return None
-    return (r.shape, r.options[0].pools[0].name, r.workload.spread_group)
+    return index.key_id((r.shape, r.options[0].pools[0].name, r.workload.spread_group))
 
 
-def _shape(r: Resolved) -> tuple[object, ...]:
-    return (r.preemption_key, r.required, r.preemptible, len(r.options))
+def _shape(r: Resolved, index: PolicyIndex) -> int:
+    return index.key_id((r.preemption_key, r.required, r.preemptible, len(r.options)))
 
 
 def queueing_delay(w: Workload, at: float, gpus: float) -> float:

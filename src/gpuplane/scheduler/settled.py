@@ -103,11 +103,9 @@ class SettledQueue:
         shift = self.base
         for code, run in groupby(self.outcomes[self.start - shift : self.end - shift], key=_code):
             count = len(list(run))
-            yield (
-                code,
-                first - self.start,
-                [_at(items, position).workload.id for position in range(first, first + count)],
-            )
+            ids = [r.workload.id for r in items[first : first + count] if r is not None]
+            assert len(ids) == count, "a settled position was decided one by one"
+            yield code, first - self.start, ids
             first += count
 
     def reason(self, index: int) -> Reason:
