@@ -560,30 +560,44 @@ class VictimIndex:
         self.ids: list[str] = []
         self.standings: list[Standing] = []
         """The indexed runs and their standings, in the order indexed (``CycleState.refused_kept`` compares them)."""
-        for e in entries:
-            if not e.preemptible or e.queue is None or e.tier is None:
+        members, levels, ids, standings = self.members, self.levels, self.ids, self.standings
+        for e in entries:  # once per running job and cycle: ``standing``'s test inline, each standing hashed once
+            tier, queue = e.tier, e.queue
+            if not e.preemptible or queue is None or tier is None:
                 continue
-            promoted = e.id in protected
+            eid = e.id
+            promoted = eid in protected
             if promoted:
-                self.promoted.add(e.id)
-            level = e.level(now, thresholds_gpu_s, protected=promoted)
+                self.promoted.add(eid)
+            level = e.level(now, thresholds_gpu_s, protected=promoted) if thresholds_gpu_s else 0
             if e.aged and aged_level is not None:
                 level = min(level, aged_level)
-            self.levels[e.id] = level
-            young = min_runtime_s is not None and now - e.start < min_runtime_s
-            if young or (spare_after_preemptions is not None and e.preempted_before >= spare_after_preemptions):
-                self.young.add(e.id)
-            if reclaim_min_runtime_s is not None and now - e.start < reclaim_min_runtime_s:
-                self.reclaim_young.add(e.id)
-            key = (e.queue.name, e.flavor)
-            standing = self.standing(e, level, promoted)
-            self.ids.append(e.id)
-            self.standings.append(standing)
-            self.members.setdefault(key, {}).setdefault(standing, []).append(e)
-            by_standing = self.milli.setdefault(key, {})
-            by_standing[standing] = by_standing.get(standing, 0) + e.milli
-            if e.milli > self.largest.get(key, 0):
-                self.largest[key] = e.milli
+            levels[eid] = level
+            runtime = now - e.start
+            young = (min_runtime_s is not None and runtime < min_runtime_s) or (
+                spare_after_preemptions is not None and e.preempted_before >= spare_after_preemptions
+            )
+            if young:
+                self.young.add(eid)
+            reclaim_young = reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s
+            if reclaim_young:
+                self.reclaim_young.add(eid)
+            standing = Standing(tier, level, promoted or young, e.aged, promoted, reclaim_young)
+            ids.append(eid)
+            standings.append(standing)
+            by_standing = members.get((queue.name, e.flavor))
+            if by_standing is None:
+                by_standing = members[(queue.name, e.flavor)] = {}
+            runs = by_standing.get(standing)
+            if runs is None:
+                by_standing[standing] = [e]
+            else:
+                runs.append(e)
+        for key, by_standing in members.items():
+            self.milli[key] = {standing: sum(e.milli for e in runs) for standing, runs in by_standing.items()}
+            largest = max(e.milli for runs in by_standing.values() for e in runs)
+            if largest > 0:
+                self.largest[key] = largest
 
     def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
         """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked: a cycle
