@@ -2,13 +2,20 @@
 or rolled back on its SLO (progressive delivery in the manner of Flagger or Argo Rollouts).
 
 Pure: the runtime counts, per revision, the requests that finished and those within the SLO's latency over
-the current step, and feeds them to ``CanaryJudge.decide`` every tick. The rules, in order:
+the current step, and feeds them to ``CanaryJudge.decide`` every tick. A revision is held to a target
+attainment: the SLO's ``attainment``, and the stable revision's attainment less ``canary.tolerance``. The rules,
+in order:
 
-1. The canary's attainment (requests within the latency SLO / requests) below the SLO's ``attainment``, or
-   below the stable revision's by more than ``canary.tolerance``, rolls it back at once.
+1. Once the canary has served 20 requests (``canary.min_requests`` if fewer), it is rolled back at once when
+   its misses are more than a revision meeting a target could show by chance: a one-sided binomial test at
+   ``ROLLBACK_SIGNIFICANCE`` (1 %). With a 99 % SLO, one slow request in 20 (a new replica's first request, say)
+   is not evidence (a revision that meets the SLO shows it 18 % of the time); three are.
 2. A step lasts at least ``canary.step_s`` and until the canary has served ``canary.min_requests``; with too
    few requests the step is held (a canary is never promoted on silence).
-3. A healthy step advances to the next traffic share of ``canary.steps``; after the last one the canary is
+3. A step whose canary is below a target, but not significantly, is held for more traffic
+   (``canary_holding_for_evidence``): more requests either bring it to the target or make the shortfall
+   significant (rule 1).
+4. A healthy step advances to the next traffic share of ``canary.steps``; after the last one the canary is
    promoted and becomes the stable revision.
 
 ``split_replicas`` divides the service's replica count between the revisions by the current share, with at
@@ -38,6 +45,7 @@ class CanaryReasonCode(StrEnum):
 
     STEP_STARTED = "canary_step_started"
     HOLDING_FOR_TRAFFIC = "canary_holding_for_traffic"
+    HOLDING_FOR_EVIDENCE = "canary_holding_for_evidence"
     STEP_IN_PROGRESS = "canary_step_in_progress"
     ADVANCED = "canary_advanced"
     PROMOTED = "canary_promoted"
@@ -80,6 +88,41 @@ def split_replicas(total: int, weight: float) -> tuple[int, int]:
     return total - canary, canary
 
 
+ROLLBACK_SIGNIFICANCE = 0.01
+"""A canary is rolled back when a revision meeting its target would show as many misses less often than this."""
+
+
+def miss_chance(window: RevisionWindow, target: float) -> float:
+    """The chance that a revision whose requests each meet the latency SLO with probability ``target`` misses it
+    in at least as many of ``window``'s requests (one-sided binomial tail; 1.0 without misses)."""
+    misses = window.requests - window.within_slo
+    return binomial_tail(window.requests, misses, 1.0 - target)
+
+
+def binomial_tail(n: int, k: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed in log space from ``k`` outwards (the smaller side), so that
+    thousands of requests neither overflow nor lose the tail to rounding."""
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+
+    def pmf(i: int) -> float:
+        return math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
+
+    upper = k > n * p
+    total = 0.0
+    for i in range(k, n + 1) if upper else range(k - 1, -1, -1):
+        term = pmf(i)
+        total += term
+        if term <= 1e-17 * total or term == 0.0:
+            break
+    return min(1.0, total) if upper else max(0.0, 1.0 - total)
+
+
 class CanaryJudge:
     """Decides one canary's progress step by step (see the module docstring)."""
 
@@ -114,16 +157,25 @@ class CanaryJudge:
             code = CanaryReasonCode.PROMOTED if self.phase is CanaryPhase.PROMOTED else CanaryReasonCode.ROLLED_BACK_SLO
             return CanaryDecision(self.phase, self.weight, False, code, details)
         rate = canary.attainment
-        if rate is not None and canary.requests >= min(self.spec.min_requests, 20):
-            if rate < self.slo_attainment:
-                return self._end(CanaryPhase.ROLLED_BACK, CanaryReasonCode.ROLLED_BACK_SLO, details)
-            if stable.attainment is not None and rate < stable.attainment - self.spec.tolerance:
-                return self._end(CanaryPhase.ROLLED_BACK, CanaryReasonCode.ROLLED_BACK_WORSE_THAN_STABLE, details)
+        targets = [(self.slo_attainment, CanaryReasonCode.ROLLED_BACK_SLO)]
+        if stable.attainment is not None:
+            targets.append((stable.attainment - self.spec.tolerance, CanaryReasonCode.ROLLED_BACK_WORSE_THAN_STABLE))
+        short = [(target, code) for target, code in targets if rate is not None and rate < target]
+        if short and canary.requests >= min(self.spec.min_requests, 20):
+            for target, code in short:
+                chance = miss_chance(canary, target)
+                if chance < ROLLBACK_SIGNIFICANCE:
+                    details["target_attainment"] = target
+                    details["chance_if_on_target"] = chance
+                    return self._end(CanaryPhase.ROLLED_BACK, code, details)
         if now - self.step_started < self.spec.step_s:
             return CanaryDecision(self.phase, self.weight, False, CanaryReasonCode.STEP_IN_PROGRESS, details)
         if canary.requests < self.spec.min_requests:
             details["min_requests"] = self.spec.min_requests
             return CanaryDecision(self.phase, self.weight, False, CanaryReasonCode.HOLDING_FOR_TRAFFIC, details)
+        if short:
+            details["target_attainment"] = max(target for target, _ in short)
+            return CanaryDecision(self.phase, self.weight, False, CanaryReasonCode.HOLDING_FOR_EVIDENCE, details)
         if self.step + 1 >= len(self.spec.steps):
             return self._end(CanaryPhase.PROMOTED, CanaryReasonCode.PROMOTED, details)
         self.step += 1
