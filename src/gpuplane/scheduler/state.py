@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -222,7 +223,15 @@ class CycleState:
         for entry in self._admitted:
             entry.admitted_now = False
         self._admitted = []
-        self._victims = None
+        victims, self._victims = self._victims, None
+        if (
+            victims is not None
+            and self.incremental
+            and victims.every_run  # not built after admissions of its own cycle, which it left out
+            and victims.built_at == self.changes
+            and victims.carry(now)
+        ):
+            self._victims = victims
         self.cap.commit()
 
     def admitted(self, entry: RunEntry) -> None:
@@ -270,6 +279,7 @@ class CycleState:
             )
             self._victims.incremental = self.incremental
             self._victims.built_at = self.changes
+            self._victims.every_run = len(entries) == len(self.running)
         return self._victims
 
     def keep_refused(self, refused: set[tuple[object, ...]]) -> None:
@@ -504,6 +514,32 @@ def nominal_core(entries: Iterable[RunEntry], queues: Mapping[str, QueueInfo]) -
     return frozenset(core)
 
 
+_CARRY_MARGIN_S = 1.0
+
+
+def _standing_until(
+    e: RunEntry,
+    runtime: float,
+    thresholds_gpu_s: tuple[float, ...],
+    promoted: bool,
+    min_runtime_s: float | None,
+    reclaim_min_runtime_s: float | None,
+) -> float:
+    """When ``e``'s standing may next change: it passes a minimum runtime, or its attained service reaches the
+    next level threshold (infinity when neither can happen)."""
+    until = math.inf
+    if min_runtime_s is not None and runtime < min_runtime_s:
+        until = e.start + min_runtime_s
+    if reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s:
+        until = min(until, e.start + reclaim_min_runtime_s)
+    if thresholds_gpu_s and not promoted and e.milli > 0:
+        served = e.attained_gpu_s + e.gpus * max(0.0, runtime)
+        above = bisect_right(thresholds_gpu_s, served)
+        if above < len(thresholds_gpu_s):
+            until = min(until, e.start + (thresholds_gpu_s[above] - e.attained_gpu_s) / e.gpus)
+    return until
+
+
 class VictimIndex:
     """The snapshot's preemptible running work per (queue, flavor) and standing, in victim order, with GPU
     totals by standing (a preemptor accepts or refuses whole standings, so refused work is never walked).
@@ -560,6 +596,12 @@ class VictimIndex:
         self.ids: list[str] = []
         self.standings: list[Standing] = []
         """The indexed runs and their standings, in the order indexed (``CycleState.refused_kept`` compares them)."""
+        self.every_run = False
+        """Whether every running run was looked at (none left out as admitted during the cycle that built it)."""
+        self.until = math.inf
+        """Before this time no indexed run's standing can change (a level threshold reached, a minimum runtime
+        passed): while no work starts, ends or moves, a kept state carries the index into its next cycle
+        (``carry``)."""
         members, levels, ids, standings = self.members, self.levels, self.ids, self.standings
         for e in entries:  # once per running job and cycle: ``standing``'s test inline, each standing hashed once
             tier, queue = e.tier, e.queue
@@ -582,6 +624,10 @@ class VictimIndex:
             reclaim_young = reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s
             if reclaim_young:
                 self.reclaim_young.add(eid)
+            self.until = min(
+                self.until,
+                _standing_until(e, runtime, thresholds_gpu_s, promoted, min_runtime_s, reclaim_min_runtime_s),
+            )
             standing = Standing(tier, level, promoted or young, e.aged, promoted, reclaim_young)
             ids.append(eid)
             standings.append(standing)
@@ -598,6 +644,23 @@ class VictimIndex:
             largest = max(e.milli for runs in by_standing.values() for e in runs)
             if largest > 0:
                 self.largest[key] = largest
+
+    def carry(self, now: float) -> bool:
+        """Serve a later cycle at ``now`` when the caller knows no work has started, ended or moved since the index
+        was built: True (and the cycle's caches reset: ranks, nodes, clearing costs, which follow each run's lost
+        work) when no run's standing can have changed by then (``until``, kept a second short of the first change
+        so that rounding never decides), False when the index must be built anew."""
+        if not self._now <= now < self.until - _CARRY_MARGIN_S:
+            return False
+        self._now = now
+        self._ranked = {}
+        self._by_node = None
+        self.groups = []
+        self.group_nodes = []
+        self.touched = []
+        self.clearing = {}
+        self._milli_sums = {}
+        return True
 
     def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
         """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked: a cycle

@@ -1,0 +1,67 @@
+"""A kept state carries its victim index into the next cycle while no work starts, ends or moves and no run's
+standing can have changed (``VictimIndex.carry``): the decisions must stay those of a fresh snapshot when a run's
+protection ends with nothing else happening, and when the index was built after an admission of its own cycle
+(which it left out)."""
+
+from __future__ import annotations
+
+from gpuplane.model import ClusterSnapshot, DecisionKind, RunningWorkload, Workload
+from gpuplane.policy import PolicySpec
+from gpuplane.scheduler import PolicyIndex, schedule
+from gpuplane.scheduler.cycle import run_cycle
+from gpuplane.scheduler.state import CycleState
+from tests.unit.fixtures import job, nodes, policy
+
+
+def _decide_both(
+    p: PolicySpec,
+    index: PolicyIndex,
+    kept: CycleState,
+    now: float,
+    running: list[RunningWorkload],
+    pending: list[Workload],
+) -> list[tuple[str, str, str]]:
+    fresh = schedule(index, ClusterSnapshot(now, nodes(p, train=1), running, pending))
+    carried = run_cycle(kept, now, pending)
+    assert carried.decisions == fresh.decisions
+    return [(d.workload_id, d.kind.value, d.reason.code.value) for d in fresh.decisions]
+
+
+def test_a_run_passing_its_reclaim_minimum_runtime_between_quiet_cycles_becomes_a_victim() -> None:
+    """One 8-GPU node: team b borrows it for run r; r is spared reclaim for its first 600 s. At t=100 team a's p
+    waits for the reclaim; at t=1,000, with nothing started or ended since, r is reclaimed: the carried index
+    must see that r's protection ended (a level threshold passed ends a standing the same way)."""
+    teams = [
+        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 0, "borrowing_limit": 8}}},
+        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
+    ]
+    p = policy(teams=teams, scheduling={"preemption": {"enabled": True, "reclaim_min_runtime_s": 600}})
+    index = PolicyIndex(p)
+    r = job("r", "b", gpus=8, t=0.0, preemptible=True)
+    placed = schedule(index, ClusterSnapshot(0.0, nodes(p, train=1), [], [r])).decisions[0].placement
+    running = [RunningWorkload(r, placed, 0.0)]  # type: ignore[arg-type]
+    kept = CycleState(index, nodes(p, train=1), 0.0)
+    kept.load(running)
+    waiting = [job("p", "a", gpus=8, t=50.0)]
+    assert _decide_both(p, index, kept, 100.0, running, waiting) == [("p", "wait", "awaiting_reclaim")]
+    assert kept._victims is not None, "the wait searched, so the index exists to be carried"
+    later = _decide_both(p, index, kept, 1000.0, running, waiting)
+    assert ("r", DecisionKind.PREEMPT.value, "preempted_to_reclaim_quota") in later
+
+
+def test_an_index_built_after_its_cycles_admission_is_not_carried() -> None:
+    """Cycle 1 admits w1 and then searches for w2, building the index without w1 (admitted this cycle). In
+    cycle 2 nothing has started or ended, and a high-priority job must be able to take w1."""
+    p = policy(scheduling={"preemption": {"enabled": True}})
+    index = PolicyIndex(p)
+    kept = CycleState(index, nodes(p, train=1), 0.0)
+    w1, w2 = job("w1", "a", gpus=8, t=0.0, preemptible=True), job("w2", "b", gpus=8, t=1.0)
+    first = _decide_both(p, index, kept, 0.0, [], [w1, w2])
+    assert ("w1", "admit") in {(w, k) for w, k, _ in first}
+    assert kept._victims is not None and not kept._victims.every_run, "built after w1's admission, without it"
+    placed = next(d.placement for d in run_cycle(CycleState(index, nodes(p, train=1), 0.0), 0.0, [w1]).decisions)
+    running = [RunningWorkload(w1, placed, 0.0)]  # type: ignore[arg-type]
+    urgent = job("h", "a", gpus=8, t=30.0, priority="high")
+    second = _decide_both(p, index, kept, 60.0, running, [w2, urgent])
+    assert ("w1", DecisionKind.PREEMPT.value) in {(w, k) for w, k, _ in second}
