@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -521,22 +520,20 @@ def _standing_until(
     e: RunEntry,
     runtime: float,
     thresholds_gpu_s: tuple[float, ...],
-    promoted: bool,
+    level: int | None,
     min_runtime_s: float | None,
     reclaim_min_runtime_s: float | None,
 ) -> float:
     """When ``e``'s standing may next change: it passes a minimum runtime, or its attained service reaches the
-    next level threshold (infinity when neither can happen)."""
+    threshold above its ``level`` (``RunEntry.level`` now; None while its promotion holds it at 0), infinity when
+    neither can happen."""
     until = math.inf
     if min_runtime_s is not None and runtime < min_runtime_s:
         until = e.start + min_runtime_s
     if reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s:
         until = min(until, e.start + reclaim_min_runtime_s)
-    if thresholds_gpu_s and not promoted and e.milli > 0:
-        served = e.attained_gpu_s + e.gpus * max(0.0, runtime)
-        above = bisect_right(thresholds_gpu_s, served)
-        if above < len(thresholds_gpu_s):
-            until = min(until, e.start + (thresholds_gpu_s[above] - e.attained_gpu_s) / e.gpus)
+    if level is not None and level < len(thresholds_gpu_s) and e.milli > 0:
+        until = min(until, e.start + (thresholds_gpu_s[level] - e.attained_gpu_s) / e.gpus)
     return until
 
 
@@ -603,32 +600,32 @@ class VictimIndex:
         passed): while no work starts, ends or moves, a kept state carries the index into its next cycle
         (``carry``)."""
         members, levels, ids, standings = self.members, self.levels, self.ids, self.standings
-        for e in entries:  # once per running job and cycle: ``standing``'s test inline, each standing hashed once
-            tier, queue = e.tier, e.queue
-            if not e.preemptible or queue is None or tier is None:
+        for e in entries:  # once per running job and cycle: each standing hashed once
+            queue = e.queue
+            if not e.preemptible or queue is None or e.tier is None:
                 continue
             eid = e.id
             promoted = eid in protected
             if promoted:
                 self.promoted.add(eid)
             level = e.level(now, thresholds_gpu_s, protected=promoted) if thresholds_gpu_s else 0
+            runtime = now - e.start
+            self.until = min(
+                self.until,
+                _standing_until(
+                    e, runtime, thresholds_gpu_s, None if promoted else level, min_runtime_s, reclaim_min_runtime_s
+                ),
+            )
             if e.aged and aged_level is not None:
                 level = min(level, aged_level)
             levels[eid] = level
-            runtime = now - e.start
-            young = (min_runtime_s is not None and runtime < min_runtime_s) or (
+            if (min_runtime_s is not None and runtime < min_runtime_s) or (
                 spare_after_preemptions is not None and e.preempted_before >= spare_after_preemptions
-            )
-            if young:
+            ):
                 self.young.add(eid)
-            reclaim_young = reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s
-            if reclaim_young:
+            if reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s:
                 self.reclaim_young.add(eid)
-            self.until = min(
-                self.until,
-                _standing_until(e, runtime, thresholds_gpu_s, promoted, min_runtime_s, reclaim_min_runtime_s),
-            )
-            standing = Standing(tier, level, promoted or young, e.aged, promoted, reclaim_young)
+            standing = self.standing(e, level, promoted)
             ids.append(eid)
             standings.append(standing)
             by_standing = members.get((queue.name, e.flavor))
