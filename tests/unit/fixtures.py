@@ -164,3 +164,12 @@ def count_calls(monkeypatch: Any, module: Any, name: str, label: Any) -> list[st
 
     monkeypatch.setattr(module, name, counted)
     return calls
+
+
+def assert_settled_as_one_by_one(result: CycleResult, one_by_one: CycleResult) -> None:
+    """Each settled queue's runs of wait codes name its workloads in the order, and with the codes, that the cycle
+    deciding one head at a time gives them (it decides a queue's workloads in the queue's order)."""
+    for queue in result.settled:
+        settled = [(wid, code) for code, _, ids in queue.runs() for wid in ids]
+        named = {wid for wid, _ in settled}
+        assert settled == [(d.workload_id, d.reason.code) for d in one_by_one.decisions if d.workload_id in named]

@@ -25,7 +25,7 @@ from gpuplane.scheduler import PolicyIndex, schedule
 from gpuplane.scheduler.cycle import run_cycle
 from gpuplane.scheduler.resolve import resolve
 from gpuplane.scheduler.state import CycleState
-from tests.unit.fixtures import BASE_POLICY, SPOT_OK, job, nodes, policy
+from tests.unit.fixtures import BASE_POLICY, SPOT_OK, assert_settled_as_one_by_one, job, nodes, policy
 
 MIG = {"1g.10gb": (1, 1), "3g.40gb": (3, 4)}
 
@@ -301,8 +301,9 @@ def test_incremental_cycle_decides_as_the_full_cycle_under_preemption_storms(dat
             pending += [data.draw(workloads(f"s{cycle}-{i}", now)) for i in range(data.draw(st.integers(5, 30)))]
         snapshot = ClusterSnapshot(now, node_list, running, pending)
         result = schedule(index, snapshot)
-        assert schedule(index, snapshot, incremental=False).decisions == result.decisions
-        assert [(wid, code) for code, ids in result.settled_runs() for wid in ids] == list(result.settled_waits())
+        one_by_one = schedule(index, snapshot, incremental=False)
+        assert one_by_one.decisions == result.decisions
+        assert_settled_as_one_by_one(result, one_by_one)
         assert run_cycle(kept, now, pending).decisions == result.decisions
         assert run_cycle(reference, now, pending).decisions == result.decisions
         running_by_id = {r.workload.id: r for r in running}

@@ -10,7 +10,7 @@ from gpuplane.model import ClusterSnapshot, DecisionKind, Placement, PodPlacemen
 from gpuplane.scheduler import PolicyIndex, schedule
 from gpuplane.scheduler.cycle import run_cycle
 from gpuplane.scheduler.state import CycleState
-from tests.unit.fixtures import count_calls, job, nodes, policy
+from tests.unit.fixtures import assert_settled_as_one_by_one, count_calls, job, nodes, policy
 
 
 def _whole_nodes_held(per_team: int) -> list[RunningWorkload]:
@@ -52,8 +52,7 @@ def test_a_saturated_cycle_settles_and_decides_as_the_full_cycle() -> None:
         d.workload_id: d.reason.code for d in full.decisions if d.workload_id in dict(result.settled_waits())
     }
     assert {code.value for _, code in result.settled_waits()} == {"cohort_quota_exhausted"}
-    runs = [(code, ids) for code, ids in result.settled_runs()]
-    assert [(wid, code) for code, ids in runs for wid in ids] == list(result.settled_waits())
+    assert_settled_as_one_by_one(result, full)
 
 
 def test_a_workload_that_may_still_be_admitted_keeps_the_cycle_stepping() -> None:

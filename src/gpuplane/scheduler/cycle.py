@@ -112,8 +112,9 @@ class CycleResult:
 
     def settled_waits(self) -> Iterator[tuple[str, ReasonCode]]:
         """(workload id, wait code) of every settled wait, without building their decisions."""
-        for queue in self.settled:
-            yield from queue.codes()
+        for code, ids in self.settled_runs():
+            for workload_id in ids:
+                yield workload_id, code
 
     def settled_runs(self) -> Iterator[tuple[ReasonCode, list[str]]]:
         """The settled waits as runs of one code: (code, workload ids), without building their decisions."""

@@ -90,12 +90,6 @@ class SettledQueue:
         """The ``index``-th settled workload."""
         return _at(self.items, self.start + index)
 
-    def codes(self) -> Iterator[tuple[str, ReasonCode]]:
-        """(workload id, wait code) of every workload, without building a decision."""
-        items, outcomes, shift = self.items, self.outcomes, self.base
-        for position in range(self.start, self.end):
-            yield _at(items, position).workload.id, outcomes[position - shift][0]
-
     def runs(self) -> Iterator[tuple[ReasonCode, int, list[str]]]:
         """The waits as runs of one code: (code, index of the run's first wait, the run's workload ids), so that a
         runtime compares each waiting job's last code with the run's value without a step per wait in between."""
