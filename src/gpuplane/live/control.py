@@ -511,14 +511,14 @@ class ControlPlane:
         with self.lock:
             return [
                 job.id
-                for job in self.jobs.values()
+                for job in self.state.index.busy()
                 if job.state.holds_gpus and job.placement is not None and node in job.placement.nodes
             ]
 
     def holding(self) -> list[JobRecord]:
         """The jobs that hold GPUs now."""
         with self.lock:
-            return [job for job in self.jobs.values() if job.state.holds_gpus and job.placement is not None]
+            return [job for job in self.state.index.busy() if job.state.holds_gpus and job.placement is not None]
 
     def job(self, job_id: str) -> JobRecord | None:
         """One job by id."""
@@ -568,7 +568,7 @@ class ControlPlane:
         pod reported it at start; its placed GPU indices when it did not say), for mapping GPU telemetry."""
         out: dict[str, list[tuple[str, str | None]]] = {}
         with self.lock:
-            for job in self.jobs.values():
+            for job in self.state.index.busy():
                 if job.state is not JobState.RUNNING or job.placement is None:
                     continue
                 info = self._started_info.get(job.id, [])
@@ -590,7 +590,7 @@ class ControlPlane:
         """Per team: quota per flavor, GPUs held per flavor, pending jobs and GPUs."""
         out = []
         with self.lock:
-            jobs = list(self.jobs.values())
+            jobs = [*self.state.index.busy(), *self.state.index.pending()]
         for team in self.policy.teams:
             used: dict[str, float] = {}
             pending_jobs = 0
@@ -630,7 +630,7 @@ class ControlPlane:
         """Every known node: pool, GPUs, whether alive, GPUs held on it."""
         held: dict[str, float] = {}
         with self.lock:
-            for job in self.jobs.values():
+            for job in self.state.index.busy():
                 if job.state.holds_gpus and job.placement is not None:
                     for pod in job.placement.pods:
                         held[pod.node] = held.get(pod.node, 0.0) + pod_gpus(pod)

@@ -62,11 +62,6 @@ class JobIndex:
             self._busy_sorted = True
         return self._busy.values()
 
-    @property
-    def pending_count(self) -> int:
-        """How many jobs are pending."""
-        return len(self._pending)
-
     def _in_order(self, jobs: dict[str, JobRecord]) -> dict[str, JobRecord]:
         seq = self._seq
         return dict(sorted(jobs.items(), key=lambda item: seq[item[0]]))
