@@ -437,7 +437,8 @@ class _Cycle:
         has one, or a search for one failed since the last admission). Kept per shape, pool and spread group
         (``quiet_capacity``, which ``_quiet_wait`` reads) while the pool has no reservation: around one, the
         placement depends on each workload's expected duration."""
-        if len(only.pools) != 1 or r.count != r.required:
+        capacity = r.capacity_key  # one option with one pool (``resolve._capacity_key``)
+        if capacity is None or r.count != r.required:
             return None
         pool = only.pools[0].name
         result = self.admitter.known_failure(r, pool)
@@ -466,8 +467,7 @@ class _Cycle:
             return None
         outcome: Outcome = code, result.details, searched
         if not self.spare_longer_waiting and pool not in self.st.reservations:
-            assert r.capacity_key is not None
-            self.quiet_capacity[r.capacity_key] = outcome
+            self.quiet_capacity[capacity] = outcome
         return outcome
 
     def _refused_at_once(self, r: Resolved) -> bool:
