@@ -26,7 +26,9 @@ def placed(w: Workload, node: str, gpus: range, start: float = 0.0) -> RunningWo
 
 
 def defrag(enabled: bool = True, **spec: Any) -> Any:
-    """The fixture policy with preemption off (so no wait below is resolved by stopping anyone) and moves on."""
+    """The fixture policy with preemption off (so no wait below is resolved by stopping anyone) and moves on; runs
+    of any age movable unless ``min_run_age_per_wait`` is given (its own tests are at the end)."""
+    spec.setdefault("min_run_age_per_wait", 0.0)
     return policy(scheduling={"preemption": {"enabled": False}, "defragmentation": {"enabled": enabled, **spec}})
 
 
@@ -162,7 +164,11 @@ def fragmented_cluster(draw: st.DrawFn) -> tuple[Any, int, list[RunningWorkload]
     p = policy(
         scheduling={
             "preemption": {"enabled": draw(st.booleans())},
-            "defragmentation": {"enabled": True, "moved_gpus_per_gpu": draw(st.sampled_from([0.5, 1.0, 2.0]))},
+            "defragmentation": {
+                "enabled": True,
+                "moved_gpus_per_gpu": draw(st.sampled_from([0.5, 1.0, 2.0])),
+                "min_run_age_per_wait": draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])),
+            },
             **({"service_levels": {"thresholds_gpu_hours": [0.5, 4]}} if draw(st.booleans()) else {}),
         }
     )
@@ -193,7 +199,7 @@ def fragmented_cluster(draw: st.DrawFn) -> tuple[Any, int, list[RunningWorkload]
             pods=draw(st.integers(1, 2)),
             gpus=draw(st.sampled_from([2, 3, 4, 8])),
             klass=draw(st.sampled_from(["training", "batch"])),
-            t=100.0 + i,
+            t=draw(st.sampled_from([100.0, 500.0, 800.0])) + i,
         )
         for i in range(draw(st.integers(1, 4)))
     ]
@@ -262,3 +268,57 @@ def test_moves_never_double_book_a_gpu_and_every_cycle_variant_decides_alike(
                     owners[(pod.node, g)] = run.workload.id
         running, pending = list(running_by_id.values()), list(pending_by_id.values())
         now += gap
+
+
+# -- moves limited by the waiting pod's age (``min_run_age_per_wait``) -------------------------------------------
+def aged(factor: float | None = None, backfill: str = "easy") -> Any:
+    """Moves on with the policy's default age rule (1.0), or ``factor``."""
+    spec: dict[str, Any] = {"enabled": True}
+    if factor is not None:
+        spec["min_run_age_per_wait"] = factor
+    return policy(
+        scheduling={"preemption": {"enabled": False}, "defragmentation": spec, "backfill": {"mode": backfill}}
+    )
+
+
+def test_by_default_a_run_started_while_the_pod_waited_is_not_moved_for_it() -> None:
+    """``small`` started at 500: the pod that has waited since 10 leaves it (and waits); one that began waiting at
+    600, after ``small`` started, moves it."""
+    p = aged()
+    assert p.scheduling.defragmentation.min_run_age_per_wait == 1.0
+    waited_long = cycle(p, nodes(p, train=3), [job("four", gpus=4, t=10)], scattered(), now=1000)
+    assert not waited_long.preempted
+    assert codes(waited_long)["four"] in {"insufficient_capacity", "reserved"}
+    arrived_after = cycle(p, nodes(p, train=3), [job("four", gpus=4, t=600)], scattered(), now=1000)
+    assert by_kind(arrived_after, "small") == [("preempt", "preempted_to_defragment"), ("admit", "admitted_after_move")]
+    assert by_kind(arrived_after, "four") == [("admit", "admitted_after_defragmentation")]
+
+
+def test_the_factor_scales_the_age_a_moved_run_needs() -> None:
+    """The pod has waited 400 s and ``small`` has run 500 s: movable at 1.0 (500 >= 400), not at 2.0 (< 800), and
+    at 0 any run is."""
+    pending = [job("four", gpus=4, t=600)]
+    for factor, moves in ((0.0, True), (1.0, True), (2.0, False)):
+        p = aged(factor)
+        res = cycle(p, nodes(p, train=3), pending, scattered(), now=1000)
+        assert bool(res.preempted) is moves, factor
+
+
+def test_two_pods_of_one_shape_are_each_judged_by_their_own_wait() -> None:
+    """A failed move search is remembered per shape and youngest movable run, and a wait for GPUs it ends in is not
+    kept per shape: the pods that waited long fail, and the one that arrived after ``small`` started still moves
+    it in the same cycle (each cycle variant alike).
+    Greedy backfill: under EASY the first pod's reservation would hold the pool for it."""
+    p = aged(backfill="greedy")
+    index = PolicyIndex(p)
+    node_list = nodes(p, train=3)
+    pending = [job("old", gpus=4, t=10), job("old2", gpus=4, t=10), job("new", gpus=4, t=600)]
+    snapshot = ClusterSnapshot(1000.0, node_list, scattered(), pending)
+    result = schedule(index, snapshot)
+    assert by_kind(result, "new") == [("admit", "admitted_after_defragmentation")]
+    assert by_kind(result, "small") == [("preempt", "preempted_to_defragment"), ("admit", "admitted_after_move")]
+    assert codes(result)["old"] == codes(result)["old2"] == "insufficient_capacity"
+    assert schedule(index, snapshot, incremental=False).decisions == result.decisions
+    kept = CycleState(index, node_list, 0.0)
+    kept.load(scattered())
+    assert run_cycle(kept, 1000.0, pending).decisions == result.decisions

@@ -86,6 +86,7 @@ def policies(draw, preemption=None):
         "defragmentation": {
             "enabled": draw(st.booleans()),
             "moved_gpus_per_gpu": draw(st.sampled_from([0.5, 1.0, 2.0])),
+            "min_run_age_per_wait": draw(st.sampled_from([0.0, 1.0])),
         },
     }
     if draw(st.booleans()):

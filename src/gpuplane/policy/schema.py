@@ -186,6 +186,7 @@ class ServiceLevelsSpec(_Spec):
 class DefragmentationSpec(_Spec):
     enabled: bool = False
     moved_gpus_per_gpu: float = Field(0.5, gt=0)
+    min_run_age_per_wait: float = Field(1.0, ge=0)
 
 
 class SchedulingSpec(_Spec):

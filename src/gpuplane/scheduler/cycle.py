@@ -213,9 +213,11 @@ class _Cycle:
         """The workload whose preemption search was just deferred by ``searches_per_queue``."""
         defrag = index.policy.scheduling.defragmentation
         self.moved_gpus_per_gpu = defrag.moved_gpus_per_gpu if defrag.enabled else None
+        self.min_run_age_per_wait = defrag.min_run_age_per_wait
         self.defrag_memo: dict[tuple[object, ...], int] = {}
-        """Defragmentation searches that failed (queue, tier, pod shape, pools), with the number of admissions the
-        cycle had made then: the same search fails again while no admission has changed the state since."""
+        """Defragmentation searches that failed (queue, tier, pod shape, pools, youngest movable run), with the
+        number of admissions the cycle had made then: the same search fails again while no admission has changed
+        the state since."""
         self.admissions = 0
         self.changes = 0
         """Admissions and reservations made so far (``_changed``)."""
@@ -446,11 +448,8 @@ class _Cycle:
             return None
         code = result.code
         assert code is not None
-        if (
-            self.moved_gpus_per_gpu is not None
-            and code is ReasonCode.INSUFFICIENT_CAPACITY
-            and self.defrag_memo.get(_defrag_key(r)) != self.admissions
-        ):
+        defrag = self.moved_gpus_per_gpu is not None and code is ReasonCode.INSUFFICIENT_CAPACITY
+        if defrag and self.defrag_memo.get(_defrag_key(r, self._min_run_age(r))) != self.admissions:
             return None
         searched = False  # whether deciding it would run (and remember) a failing preemption search
         preemptable = self.preemption and (code in CAPACITY_CODES or code in _QUOTA_PREEMPTABLE)
@@ -466,7 +465,9 @@ class _Cycle:
         ):
             return None
         outcome: Outcome = code, result.details, searched
-        if not self.spare_longer_waiting and pool not in self.st.reservations:
+        # with moves limited by the waiting pod's age, another workload of the shape may move runs this one may not
+        by_wait = defrag and self.min_run_age_per_wait > 0
+        if not self.spare_longer_waiting and pool not in self.st.reservations and not by_wait:
             self.quiet_capacity[capacity] = outcome
         return outcome
 
@@ -702,15 +703,20 @@ class _Cycle:
         self._admit(r, plan.fit, tuple(v.id for v in plan.victims))
         return True
 
+    def _min_run_age(self, r: Resolved) -> float:
+        """The youngest run a move for ``r`` may take, in seconds run: ``min_run_age_per_wait`` times its wait."""
+        return self.min_run_age_per_wait * r.waited_s(self.st.now) if self.min_run_age_per_wait else 0.0
+
     def _try_defragment(self, r: Resolved) -> bool:
         """Admit ``r`` now by moving small runs off the nodes it needs (``scheduler.defragment``): each moved run
         gets a PREEMPT (``preempted_to_defragment``) and an ADMIT at its new place, then ``r`` its ADMIT."""
         assert self.moved_gpus_per_gpu is not None
-        key = _defrag_key(r)
+        min_age = self._min_run_age(r)
+        key = _defrag_key(r, min_age)
         if self.defrag_memo.get(key) == self.admissions:
             return False
         st = self.st
-        plan = plan_defragmentation(st, r, self.moved_gpus_per_gpu)
+        plan = plan_defragmentation(st, r, self.moved_gpus_per_gpu, min_age)
         if plan is None:
             self.defrag_memo[key] = self.admissions
             return False
@@ -826,9 +832,10 @@ class _Cycle:
         self.decisions.append(Decision(DecisionKind.WAIT, workload_id, make_reason(code, details)))
 
 
-def _defrag_key(r: Resolved) -> tuple[object, ...]:
+def _defrag_key(r: Resolved, min_run_age_s: float) -> tuple[object, ...]:
     """What a defragmentation search for ``r`` depends on besides the state (``_Cycle.defrag_memo``)."""
     return (
+        min_run_age_s,
         r.queue.name,
         r.priority,
         r.preemptible,

@@ -12,6 +12,13 @@ Bounded relative to the work it serves: the GPUs moved for one admission are at 
 higher tier than the work it makes room for, and the cheapest moves (fewest GPUs, then least lost work) go
 first. Runs admitted in the cycle, runs of several pods, MIG slices, GPU shares and spread replicas are
 never moved.
+
+Only runs that have run at least ``defragmentation.min_run_age_per_wait`` times as long as the waiting pod has
+waited are moved. At 1.0 (the default) a pod moves only runs that were already running when it began to wait:
+runs started since were admitted past it (on other queues' quota, around its reservation) while it waited, and
+moving them stops work the scheduler itself just placed; runtimes are heavy-tailed, so the young ones are also
+the likeliest to end by themselves. A pod that arrives into a fragmented pool may move any run at once. The rule
+is relative to the pod's own wait, not set for one cluster.
 """
 
 from __future__ import annotations
@@ -63,8 +70,11 @@ def fragmented(st: CycleState, r: Resolved, pool: str) -> bool:
     return capacity.pods_capacity(r.gpus_per_pod) < r.required and capacity.free_gpus() >= r.required * r.gpus_per_pod
 
 
-def plan_defragmentation(st: CycleState, r: Resolved, moved_gpus_per_gpu: float) -> DefragPlan | None:
-    """Moves that let ``r`` start now on one of its pools without stopping anyone, or None.
+def plan_defragmentation(
+    st: CycleState, r: Resolved, moved_gpus_per_gpu: float, min_run_age_s: float = 0.0
+) -> DefragPlan | None:
+    """Moves that let ``r`` start now on one of its pools without stopping anyone, or None. Only runs that have
+    run at least ``min_run_age_s`` seconds are moved (``min_run_age_per_wait`` times ``r``'s wait).
 
     Tried on each pool (in ``r``'s option order) where ``r`` fails for fragmentation alone and its quota admits
     it. On success the capacity index holds the moved runs' new GPUs and ``r``'s pods, uncommitted; the
@@ -78,14 +88,20 @@ def plan_defragmentation(st: CycleState, r: Resolved, moved_gpus_per_gpu: float)
             reservation = st.reservations.get(pool.name)
             if (reservation is not None and reservation.workload_id != r.id) or not fragmented(st, r, pool.name):
                 continue
-            plan = _plan_on_pool(st, r, option, pool.name, verdict.borrowing, moved_gpus_per_gpu)
+            plan = _plan_on_pool(st, r, option, pool.name, verdict.borrowing, moved_gpus_per_gpu, min_run_age_s)
             if plan is not None:
                 return plan
     return None
 
 
 def _plan_on_pool(
-    st: CycleState, r: Resolved, option: FlavorOption, pool_name: str, borrowing: bool, per_gpu: float
+    st: CycleState,
+    r: Resolved,
+    option: FlavorOption,
+    pool_name: str,
+    borrowing: bool,
+    per_gpu: float,
+    min_run_age_s: float,
 ) -> DefragPlan | None:
     cap = st.cap
     pool = cap.pools[pool_name]
@@ -95,7 +111,8 @@ def _plan_on_pool(
     moves: list[Move] = []
     opened: set[int] = set()
     while pool.pods_capacity(g) < r.required:
-        step = _open_one(st, r, pool, opened, {m.entry.id for m in moves}, budget - sum(m.entry.gpus for m in moves))
+        left = budget - sum(m.entry.gpus for m in moves)
+        step = _open_one(st, r, pool, opened, {m.entry.id for m in moves}, left, min_run_age_s)
         if step is None:
             cap.rollback(mark)
             return None
@@ -112,7 +129,13 @@ def _plan_on_pool(
 
 
 def _open_one(
-    st: CycleState, r: Resolved, pool: PoolCapacity, opened: set[int], moved: set[str], budget: float
+    st: CycleState,
+    r: Resolved,
+    pool: PoolCapacity,
+    opened: set[int],
+    moved: set[str],
+    budget: float,
+    min_run_age_s: float,
 ) -> tuple[int, list[Move]] | None:
     """Open one more ``r.gpus_per_pod``-GPU slot on ``pool``: the cheapest node whose movable runs fit elsewhere."""
     cap = st.cap
@@ -123,7 +146,7 @@ def _open_one(
         for node in pool.buckets[free]:
             if node in opened:
                 continue
-            found = _runs_to_move(st, r, by_node.get(node, ()), g - free, moved)
+            found = _runs_to_move(st, r, by_node.get(node, ()), g - free, moved, min_run_age_s)
             if found is None or found[0][0] > budget:
                 continue
             cost, chosen = found
@@ -153,15 +176,17 @@ def _open_one(
 
 
 def _runs_to_move(
-    st: CycleState, r: Resolved, on_node: Sequence[NodeVictim], deficit: int, moved: set[str]
+    st: CycleState, r: Resolved, on_node: Sequence[NodeVictim], deficit: int, moved: set[str], min_run_age_s: float
 ) -> tuple[tuple[int, float], list[RunEntry]] | None:
     """The movable runs of one node that free at least ``deficit`` GPUs with the fewest GPUs moved, then the least
     work lost (GPU-seconds), with that cost, or None. A node holds a handful of runs, so every subset of up to
-    ``SUBSET_RUNS`` of them is tried."""
+    ``SUBSET_RUNS`` of them is tried. Runs younger than ``min_run_age_s`` stay where they are."""
     now = st.now
     movable: list[tuple[int, float, str, RunEntry]] = []
     for _rank, e, _gpus, _group in on_node:
         if e.evicted or e.id in moved or len(e.slots) != 1 or e.slots[0][2] is not None or e.spread_group is not None:
+            continue
+        if now - e.start < min_run_age_s:
             continue
         if e.tier is None or e.tier.value > r.priority:
             continue
