@@ -120,3 +120,24 @@ def test_running_work_counts_against_quota():
     running = run_from(res, first)
     again = cycle(p, nodes(p, train=16), [job("a2", pods=1, t=5)], running)
     assert codes(again)["a2"] == "nonpreemptible_cannot_borrow"
+
+
+def test_the_borrow_version_moves_only_when_a_queue_starts_or_stops_borrowing():
+    """``QuotaLedger.borrow_version`` keys the preemption sources kept across admissions: it must change whenever
+    ``borrowing`` would answer differently for some queue, and stays put otherwise."""
+    from gpuplane.scheduler.index import PolicyIndex
+    from gpuplane.scheduler.quota import QuotaLedger
+
+    index = PolicyIndex(policy())
+    ledger = QuotaLedger(index)
+    queue = next(q for q in index.queues.values() if q.cohort is not None and q.quota("h100").nominal > 0)
+    nominal = queue.quota("h100").nominal
+    steps = [nominal // 2, nominal - nominal // 2, 1000, 1000, -1000, -1000, -(nominal - nominal // 2)]
+    for milli in steps:
+        before_borrowing, before_version = ledger.borrowing(queue, "h100"), ledger.borrow_version
+        if milli > 0:
+            ledger.charge(queue, "h100", milli)
+        else:
+            ledger.release(queue, "h100", -milli)
+        flipped = ledger.borrowing(queue, "h100") != before_borrowing
+        assert (ledger.borrow_version != before_version) is flipped, milli

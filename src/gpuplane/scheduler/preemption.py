@@ -71,9 +71,9 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     other queues' work would be reclaimed quota (else it would lose to less-served work).
 
     They depend on the preemptor only through its queue, tier, level, starvation, whether it stays within its
-    nominal quota and (with ``spare_longer_waiting``) its wait, and on the state only through the quota ledger:
-    kept per ledger version (``CycleState.sources``), so the searches between two changes of the ledger share
-    them."""
+    nominal quota and (with ``spare_longer_waiting``) its wait, and on the state only through which queues of the
+    cohort borrow: kept while none starts or stops borrowing (``QuotaLedger.borrow_version``,
+    ``CycleState.sources``), so the searches of a cycle, and of the next ones, share them."""
     flavor = option.flavor
     within_nominal = (
         r.queue.cohort is not None
@@ -81,9 +81,9 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     )
     limit = r.waited_s(st.now) if st.index.spare_longer_waiting else None
     memo = st.sources
-    if memo[0] != st.ledger.version:
+    if memo[0] != st.ledger.borrow_version:
         memo[1].clear()
-        st.sources = memo = (st.ledger.version, memo[1])
+        st.sources = memo = (st.ledger.borrow_version, memo[1])
     key = (r.queue.name, flavor, r.tier.name, r.level, r.starving, within_nominal, limit)
     found = memo[1].get(key) if st.incremental else None
     if found is None:

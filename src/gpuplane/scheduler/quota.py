@@ -48,6 +48,8 @@ class QuotaLedger:
         self.drawn: dict[tuple[str, str], int] = defaultdict(int)
         self.version = 0
         self.queue_version: dict[str, int] = defaultdict(int)
+        self.borrow_version = 0
+        """Changes whenever a queue starts or stops borrowing a flavor (``borrowing``), and only then."""
         self._verdicts: dict[tuple[str, str, int, bool], tuple[int, QuotaVerdict]] = {}
 
     def _excess(self, queue: QueueInfo, flavor: str, usage: int) -> int:
@@ -176,6 +178,9 @@ class QuotaLedger:
         self.version += 1
         self.queue_version[queue.name] += 1
         used = self.usage[queue.name][flavor]
+        nominal = queue.quota(flavor).nominal
+        if (used > nominal) != (used + milli > nominal):
+            self.borrow_version += 1
         if queue.cohort is not None:
             key = (queue.cohort, flavor)
             self.drawn[key] += self._excess(queue, flavor, used + milli) - self._excess(queue, flavor, used)

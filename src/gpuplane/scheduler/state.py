@@ -141,7 +141,8 @@ class CycleState:
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         self._victims: VictimIndex | None = None
         self.sources: tuple[int, dict[tuple[object, ...], Any]] = (-1, {})
-        """Preemption sources found at one quota ledger version (``preemption._sources``)."""
+        """Preemption sources found while the same queues borrow (``QuotaLedger.borrow_version``;
+        ``preemption._sources``)."""
         self.changes = 0
         """Counts the lasting changes of running work and nodes (admitted, evicted, finished, loaded; nodes down or
         up): equal counts and equal victim standings mean an unchanged state for a preemption search's cheap tests."""
