@@ -88,6 +88,10 @@ class CaseSpec:
     ``alibaba``: the pools and teams of examples/alibaba-openb.yaml."""
     group: str
     """``tuning`` (the policy's defaults were chosen on it) or ``held-out``."""
+    load_by: str = "cluster"
+    """``cluster``: the search sizes the cluster; ``arrivals``: it sizes the cluster, then keeps it and scales the
+    trace's submission times towards the target (Alibaba's twelve pools, each at least one node, jump from a
+    cluster where one GPU model's pool is the bottleneck to one several times the trace's mean demand)."""
 
 
 PHILLY = f"philly-pollux:{TRACES / 'philly_pollux_osdi21' / 'philly.csv'}"
@@ -108,6 +112,7 @@ CASES = [
         10.0,
         "alibaba",
         "held-out",
+        "arrivals",
     ),
 ]
 
@@ -127,6 +132,16 @@ class Case:
     pools round each pool up to whole nodes, so asking for a size tried gives a larger one."""
     cluster: Cluster | None = None
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arrival_queue_s: dict[int, float] = field(default_factory=dict)
+    """With ``load_by="arrivals"``: FIFO's mean queueing delay at each arrival factor tried (per mille)."""
+    arrival_factor: float = 1.0
+    """The submission times' factor the case runs at (1.0 unless ``load_by="arrivals"``)."""
+    base: tuple[int, Cluster] | None = None
+    """With ``load_by="arrivals"``: the size asked and the cluster the size search found, kept while arrivals scale."""
+
+    def trace_id_of(self, trace: Trace) -> str:
+        """The cache digest of one of the case's traces (its own, or one with scaled arrivals)."""
+        return self.trace_id if trace is self.trace else trace_digest(trace)
 
     @property
     def target_s(self) -> float:
@@ -175,7 +190,7 @@ class Runner:
     def key(self, case: Case, task: Task) -> str:
         """The cache key of a task of ``case``."""
         code = None if self.reuse_baselines and task.policy != "gpuplane" else self.code
-        return task_key(task, case.trace_id, code)
+        return task_key(task, case.trace_id_of(task.trace), code)
 
     def run(self, work: list[tuple[Case, Task]]) -> list[dict[str, Any]]:
         """Each task's stored result (summary, JCT quantiles, wall time), running those not in the cache."""
@@ -231,6 +246,15 @@ def _stored(result: Any, wall: float, cluster: Cluster) -> dict[str, Any]:
     }
 
 
+def _run_task(case: Case, policy: str) -> Task:
+    """The task of ``policy`` on the case as sized: the very cluster the search tried (asking ``size_cluster`` for
+    its size again can give another mix of pools when there are several) and, for ``load_by="arrivals"``, the
+    trace with the arrival factor found."""
+    cluster = _cluster(case)
+    factor = f" x{case.arrival_factor:g}" if case.spec.load_by == "arrivals" else ""
+    return Task(f"{case.spec.name} {policy}{factor} @{cluster.gpus}", policy, cluster, case.trace, Options())
+
+
 def _task(case: Case, policy: str, gpus: int) -> Task:
     cluster = size_cluster(case.policy, case.trace, gpus)
     return Task(f"{case.spec.name} {policy} @{cluster.gpus}", policy, cluster, case.trace, Options())
@@ -277,15 +301,21 @@ def chosen_size(case: Case) -> int:
 
 
 def size_cases(cases: list[Case], runner: Runner) -> None:
-    """Search each case's cluster size on FIFO, all cases in rounds (one size per case per round)."""
+    """Search each case's cluster size (or arrival factor) on FIFO, all cases in rounds (one try per case per
+    round)."""
     searching = {case.spec.name for case in cases}
     round_no = 0
+    scaled: dict[str, int] = {}
     while True:
         work: list[tuple[Case, Task]] = []
         for case in cases:
             if case.spec.name not in searching:
                 continue
             task = _next_task(case)
+            if task is None and case.spec.load_by == "arrivals":
+                if case.base is None:
+                    case.base = case.tried[chosen_size(case)]
+                task = _next_arrivals_task(case, scaled)
             if task is None:
                 searching.discard(case.spec.name)
             else:
@@ -295,9 +325,55 @@ def size_cases(cases: list[Case], runner: Runner) -> None:
         round_no += 1
         runner.console.print(f"sizing round {round_no}: " + ", ".join(t.key for _c, t in work))
         for (case, task), stored in zip(work, runner.run(work), strict=True):
-            case.fifo_queue_s[task.cluster.gpus] = stored["summary"]["avg_queue_s"]
+            if task.key in scaled:
+                case.arrival_queue_s[scaled[task.key]] = stored["summary"]["avg_queue_s"]
+            else:
+                case.fifo_queue_s[task.cluster.gpus] = stored["summary"]["avg_queue_s"]
     for case in cases:
-        case.cluster = case.tried[chosen_size(case)][1]
+        if case.spec.load_by == "arrivals":
+            _settle_arrivals(case)
+        else:
+            case.cluster = case.tried[chosen_size(case)][1]
+
+
+PER_MILLE = 1000
+
+
+def _base_cluster(case: Case, trace: Trace) -> Cluster:
+    """The cluster the size search found, its offered load that of ``trace``."""
+    assert case.base is not None
+    return size_cluster(case.policy, trace, case.base[0])
+
+
+def _arrivals_task(case: Case, policy: str, per_mille: int) -> Task:
+    trace = case.trace.arrivals_scaled(per_mille / PER_MILLE)
+    cluster = _base_cluster(case, trace)
+    name = f"{case.spec.name} {policy} x{per_mille / PER_MILLE:.3f} @{cluster.gpus}"
+    return Task(name, policy, cluster, trace, Options())
+
+
+def _next_arrivals_task(case: Case, scaled: dict[str, int]) -> Task | None:
+    """The FIFO run the arrival-factor search tries next, or None when done: ``next_size``'s search on the
+    factor in per mille (a larger factor is a lighter load, as a larger cluster is), starting where the offered
+    load on the cluster found is ``START_LOAD``."""
+    cluster = _base_cluster(case, case.trace)
+    first = max(1, min(PER_MILLE, round(PER_MILLE * cluster.offered_load / START_LOAD)))
+    proposal = next_size(case.arrival_queue_s, case.target_s, first)
+    if proposal is None or proposal in case.arrival_queue_s:
+        return None
+    task = _arrivals_task(case, "fifo", proposal)
+    scaled[task.key] = proposal
+    return task
+
+
+def _settle_arrivals(case: Case) -> None:
+    """Run the case at the arrival factor whose FIFO queue came closest to the target, on the cluster found."""
+    tried = case.arrival_queue_s
+    best = min(tried, key=lambda f: (abs(math.log(max(tried[f], 60.0) / case.target_s)), f))
+    case.arrival_factor = best / PER_MILLE
+    case.trace = case.trace.arrivals_scaled(case.arrival_factor)
+    case.trace_id = trace_digest(case.trace)
+    case.cluster = _base_cluster(case, case.trace)
 
 
 def _next_task(case: Case) -> Task | None:
@@ -348,6 +424,8 @@ def case_figures(case: Case) -> dict[str, Any]:
         "offered_load": case.cluster.offered_load,
         "fifo_queue_target_h": case.spec.fifo_queue_h,
         "fifo_search": {str(g): q / 3600 for g, q in sorted(case.fifo_queue_s.items())},
+        "arrival_factor": case.arrival_factor,
+        "arrival_search": {f"{f / PER_MILLE:g}": q / 3600 for f, q in sorted(case.arrival_queue_s.items())},
         "avg_jct_h": {name: s[name]["avg_jct_s"] / 3600 for name in POLICIES},
         "avg_queue_h": {name: s[name]["avg_queue_s"] / 3600 for name in POLICIES},
         "jct_vs_tiresias": ratio(gp["avg_jct_s"], tiresias["avg_jct_s"]),
@@ -542,7 +620,7 @@ def main() -> int:
         console,
     )
     size_cases(cases, runner)
-    work = [(case, _task(case, name, _cluster(case).gpus)) for case in cases for name in POLICIES]
+    work = [(case, _run_task(case, name)) for case in cases for name in POLICIES]
     for (case, task), stored in zip(work, runner.run(work), strict=True):
         case.results[task.policy] = stored
     figures = {}

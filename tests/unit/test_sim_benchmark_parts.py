@@ -34,6 +34,20 @@ def test_a_window_keeps_the_jobs_submitted_in_it_and_starts_at_zero():
         trace(jobs).window(10 * DAY, 11 * DAY)
 
 
+def test_scaled_arrivals_keep_the_jobs_and_their_durations_and_load_the_cluster_more():
+    """Alibaba's case in bench/generalization.py scales submission times to reach its load on a fixed cluster."""
+    jobs = [TraceJob(f"j{i}", "t", i * 3600.0, 1800.0 + i, 1 + i % 2) for i in range(6)]
+    base = trace(jobs)
+    faster = base.arrivals_scaled(0.5)
+    assert [j.id for j in faster.jobs] == [j.id for j in base.jobs]
+    assert [j.submit_s for j in faster.jobs] == [j.submit_s / 2 for j in base.jobs]
+    assert [j.duration_s for j in faster.jobs] == [j.duration_s for j in base.jobs]
+    assert faster.span_s == base.span_s / 2 and faster.gpu_seconds == base.gpu_seconds
+    assert "x0.5" in faster.report.notes[-1] and trace_digest(faster) != trace_digest(base)
+    with pytest.raises(ValueError, match="above 0"):
+        base.arrivals_scaled(0)
+
+
 @given(st.integers(1, 50), st.integers(0, 400), st.sampled_from([1, 8, 64]))
 def test_a_bin_of_gpus_splits_into_its_jobs_exactly(jobs, extra, largest):
     gpus = min(jobs + extra, jobs * largest)

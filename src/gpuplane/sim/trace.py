@@ -126,6 +126,16 @@ class Trace:
         report.notes = [*self.report.notes, f"{len(jobs)} of {len(self.jobs)} jobs, submitted {days}"]
         return finish(jobs, report)
 
+    def arrivals_scaled(self, factor: float) -> Trace:
+        """The same jobs with every submission time multiplied by ``factor`` (0.5: they arrive twice as fast),
+        durations unchanged: a heavier load on the same cluster, for a trace whose cluster cannot shrink further."""
+        if not factor > 0:
+            raise ValueError(f"arrival factor must be above 0 (got {factor})")
+        jobs = [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in self.jobs]
+        report = TraceReport(self.report.source, self.report.path, self.report.rows, Counter(self.report.skipped))
+        report.notes = [*self.report.notes, f"submission times x{factor:g}"]
+        return Trace(jobs, report)
+
 
 def finish(jobs: list[TraceJob], report: TraceReport) -> Trace:
     """Sort by submission (then id) and shift times so the first submission is at 0."""
