@@ -327,6 +327,7 @@ class _Cycle:
                         changes,
                         self._learned(),
                         len(self.decisions),
+                        self.quiet,
                     )
                 )
                 if parked:

@@ -197,11 +197,12 @@ class Parking:
         changes: int,
         searches_failed: int,
         decided: int,
+        known: Mapping[int, Outcome],
     ) -> bool:
         """Park queue ``name`` when every workload from ``head`` on waits quietly: True, and the caller takes the
         queue out of its heap. ``changes`` counts the cycle's admissions and reservations so far, ``searches_failed``
         the failures it has learned (searches, placements, reservations), ``decided`` its decisions taken one by
-        one."""
+        one. ``known`` is ``quiet``'s own outcomes per shape (read first: a long tail is mostly shapes seen)."""
         scan = self._scans.get(name)
         if scan is None or scan.changes != changes or head > scan.base + len(scan.outcomes):
             scan = self._scans[name] = _Scan(changes, head)
@@ -214,7 +215,9 @@ class Parking:
         for position in range(start, len(items)):
             r = items[position]
             assert r is not None
-            outcome = quiet(r)
+            outcome = known.get(r.shape) if r.options else None
+            if outcome is None:
+                outcome = quiet(r)
             if outcome is None:
                 self.budget -= position - start + 1
                 scan.blocked_at = searches_failed
