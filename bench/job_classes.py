@@ -8,6 +8,7 @@ first. It answers "which jobs does the policy lose time on, and waiting for what
 
     python bench/job_classes.py --window 14,32 --gpus 656                    # Philly days 14-32, 656 GPUs
     python bench/job_classes.py --window 32,50 --gpus 528 --set scheduling.preemption.min_runtime_s=3600
+    python bench/job_classes.py --case alibaba-openb    # a case of bench/generalization.py, sized as it sizes it
 
 Waits are rebuilt from the event log: a job waits under ``awaiting_cycle`` from its submission, under each
 ``wait`` event's code from that event on, under its stop's reason after a preemption, until it is admitted.
@@ -28,9 +29,10 @@ from pathlib import Path
 from rich.console import Console
 
 from gpuplane.io.policy_file import load_policy
+from gpuplane.sim.cache import ResultCache, code_digest, trace_digest
 from gpuplane.sim.readers import read_trace
 from gpuplane.sim.runner import Options, Task, events_part, simulate
-from gpuplane.sim.setup import size_cluster
+from gpuplane.sim.setup import Cluster, size_cluster
 from gpuplane.sim.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,10 +82,8 @@ def job_class(gpus: int, duration_s: float) -> tuple[int, int]:
     return gpus, int(math.log10(max(duration_s, 1.0)))
 
 
-def run_policy(policy_name: str, trace: Trace, gpus: int, sets: list[str], policy_path: Path, workdir: Path) -> Path:
-    """Replay ``trace`` under one variant of the policy file and return its event log."""
-    policy = load_policy(str(policy_path), sets)
-    cluster = size_cluster(policy, trace, gpus)
+def run_policy(policy_name: str, trace: Trace, cluster: Cluster, workdir: Path) -> Path:
+    """Replay ``trace`` on ``cluster`` under one variant of its policy and return the event log."""
     events = workdir / f"{policy_name}.jsonl"
     task = Task(policy_name, policy_name, cluster, trace, Options(events_path=events))
     _result, wall = simulate(task)
@@ -96,7 +96,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", default=PHILLY, help="trace spec (format:path); default the shared Philly trace")
     parser.add_argument("--window", help="START,END in days: only the jobs submitted in that window")
-    parser.add_argument("--gpus", type=int, required=True, help="cluster size (quotas scale with it)")
+    parser.add_argument("--gpus", type=int, help="cluster size (quotas scale with it)")
+    parser.add_argument(
+        "--case",
+        help="a case of bench/generalization.py instead of --trace/--window/--gpus: its trace, policy and cluster "
+        "as that benchmark sizes them (through its result cache)",
+    )
     parser.add_argument("--policy", type=Path, default=POLICY)
     parser.add_argument("--compare", default="tiresias,gpuplane", help="BASE,OTHER variants (default %(default)s)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="change the policy")
@@ -105,14 +110,38 @@ def main() -> int:
     names = args.compare.split(",")
     if len(names) != 2:
         parser.error("--compare takes two variants, e.g. tiresias,gpuplane")
-    trace = read_trace(args.trace)
-    if args.window:
-        start, end = (float(x) for x in args.window.split(","))
-        trace = trace.window(start * DAY, end * DAY)
+    if args.case:
+        trace, cluster = sized_case(args.case, args.policy, args.set)
+    else:
+        if args.gpus is None:
+            parser.error("--gpus is required without --case")
+        trace = read_trace(args.trace)
+        if args.window:
+            start, end = (float(x) for x in args.window.split(","))
+            trace = trace.window(start * DAY, end * DAY)
+        cluster = size_cluster(load_policy(str(args.policy), args.set), trace, args.gpus)
     with tempfile.TemporaryDirectory() as tmp:
-        lives = [read_lives(run_policy(n, trace, args.gpus, args.set, args.policy, Path(tmp)), trace) for n in names]
+        lives = [read_lives(run_policy(n, trace, cluster, Path(tmp)), trace) for n in names]
     print_table(Console(width=240), trace, names, lives, args.top)
     return 0
+
+
+def sized_case(name: str, policy: Path, sets: list[str]) -> tuple[Trace, Cluster]:
+    """The trace and cluster of one of bench/generalization.py's cases, sized by its search (cached runs reused)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import generalization as bench
+
+    specs = [c for c in bench.CASES if c.name == name]
+    if not specs:
+        raise SystemExit(f"unknown case '{name}'; known: {', '.join(c.name for c in bench.CASES)}")
+    spec = specs[0]
+    shipped = load_policy(str(policy), sets)
+    trace = bench.case_trace(spec)
+    case = bench.Case(spec, trace, trace_digest(trace), bench.case_policy(spec, shipped, trace))
+    cache = ResultCache(ROOT / "out" / "generalization-cache")
+    bench.size_cases([case], bench.Runner(cache, code_digest(), 1, True, Console(stderr=True)))
+    assert case.cluster is not None
+    return case.trace, case.cluster
 
 
 def short(reason: str) -> str:
