@@ -168,3 +168,31 @@ def test_tasks_on_different_clusters_give_the_same_figures_in_processes():
     assert alone["fifo @24"][0].capacity_gpus == 24
     with pytest.raises(SetupError, match="--workers"):
         run_tasks(tasks, 0)
+
+
+@given(
+    values=st.lists(st.integers(0, 5000), min_size=1, max_size=20),
+    factor=st.floats(0.001, 1.0, allow_nan=False),
+)
+def test_scaled_quotas_keep_their_total_and_each_its_share(values: list[int], factor: float):
+    """Nominal quotas partition a flavor: scaled, they sum to the scaled total (rounded), each within a GPU of its
+    exact share and never below it rounded down."""
+    from gpuplane.sim.setup import apportioned
+
+    shares = apportioned(values, factor)
+    assert sum(shares) == round(sum(v * factor for v in values))
+    for share, value in zip(shares, values, strict=True):
+        assert int(value * factor) <= share <= int(value * factor) + 1
+
+
+def test_a_scaled_philly_cluster_leaves_no_gpu_outside_the_quotas_the_policy_gives_out():
+    """The Philly policy gives out 2,489 of its 2,496 GPUs; at 528 GPUs its fifteen teams' nominal quotas sum to that
+    share (526 or 527), not to what rounding each team down leaves (521)."""
+    from gpuplane.io.policy_file import load_policy
+
+    shipped = load_policy(str(Path(__file__).parents[2] / "src" / "gpuplane" / "examples" / "philly.yaml"))
+    jobs = [TraceJob(f"j{i}", shipped.teams[i % len(shipped.teams)].name, i * 60.0, 600.0, 1) for i in range(30)]
+    cluster = size_cluster(shipped, trace(jobs), 528)
+    given_out = sum(t.quotas["p40"].nominal for t in shipped.teams)
+    assert cluster.gpus == 528 and given_out == 2489
+    assert sum(t.quotas["p40"].nominal for t in cluster.policy.teams) == round(given_out * 528 / 2496)
