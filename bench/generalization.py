@@ -356,8 +356,8 @@ def _next_arrivals_task(case: Case, scaled: dict[str, int]) -> Task | None:
     """The FIFO run the arrival-factor search tries next, or None when done: ``next_size``'s search on the
     factor in per mille (a larger factor is a lighter load, as a larger cluster is), starting where the offered
     load on the cluster found is ``START_LOAD``."""
-    cluster = _base_cluster(case, case.trace)
-    first = max(1, min(PER_MILLE, round(PER_MILLE * cluster.offered_load / START_LOAD)))
+    assert case.base is not None
+    first = max(1, min(PER_MILLE, round(PER_MILLE * case.base[1].offered_load / START_LOAD)))
     proposal = next_size(case.arrival_queue_s, case.target_s, first)
     if proposal is None or proposal in case.arrival_queue_s:
         return None

@@ -117,19 +117,20 @@ def size_cluster(policy: PolicySpec, trace: Trace, gpus: int | None = None, load
             flavor = pool.get("flavor") or pool["gpu_model"]
             before[flavor] += original.max_nodes * pool["gpus_per_node"]
             after[flavor] += counts[pool["name"]] * pool["gpus_per_node"]
+        # each flavor by its own factor: node counts round per pool, quotas must still fit
+        flavor_factors = {flavor: after[flavor] / gpus for flavor, gpus in before.items() if gpus}
         nominals: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for team in doc["teams"]:
             for flavor, quota in team.get("quotas", {}).items():
                 nominals[flavor].append(quota)
         for flavor, quotas in nominals.items():
-            # each flavor by its own factor (node counts round per pool), its nominal quotas still summing to its share
-            flavor_factor = after[flavor] / before[flavor] if before.get(flavor) else factor
-            scaled = apportioned([q["nominal"] for q in quotas], flavor_factor)
+            # a flavor's nominal quotas keep summing to its share
+            scaled = apportioned([q["nominal"] for q in quotas], flavor_factors.get(flavor, factor))
             for quota, nominal in zip(quotas, scaled, strict=True):
                 quota["nominal"] = nominal
         for team in doc["teams"]:
             for flavor, quota in team.get("quotas", {}).items():
-                flavor_factor = after[flavor] / before[flavor] if before.get(flavor) else factor
+                flavor_factor = flavor_factors.get(flavor, factor)
                 for key in ("borrowing_limit", "lending_limit"):
                     if key in quota:
                         quota[key] = _scaled(quota[key], flavor_factor)

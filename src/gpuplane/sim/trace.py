@@ -110,9 +110,13 @@ class Trace:
 
     def head(self, count: int) -> Trace:
         """The first ``count`` jobs (a slice for tests and quick runs)."""
+        return Trace(self.jobs[:count], self._noted(f"first {count} of {len(self.jobs)} jobs"))
+
+    def _noted(self, note: str) -> TraceReport:
+        """A copy of the reader's report with ``note`` added (the same rows and skips: a view of the same read)."""
         report = TraceReport(self.report.source, self.report.path, self.report.rows, Counter(self.report.skipped))
-        report.notes = [*self.report.notes, f"first {count} of {len(self.jobs)} jobs"]
-        return Trace(self.jobs[:count], report)
+        report.notes = [*self.report.notes, note]
+        return report
 
     def window(self, start_s: float, end_s: float) -> Trace:
         """The jobs submitted in [``start_s``, ``end_s``) (seconds from the first submission), times shifted
@@ -132,9 +136,7 @@ class Trace:
         if not factor > 0:
             raise ValueError(f"arrival factor must be above 0 (got {factor})")
         jobs = [dataclasses.replace(j, submit_s=j.submit_s * factor) for j in self.jobs]
-        report = TraceReport(self.report.source, self.report.path, self.report.rows, Counter(self.report.skipped))
-        report.notes = [*self.report.notes, f"submission times x{factor:g}"]
-        return Trace(jobs, report)
+        return Trace(jobs, self._noted(f"submission times x{factor:g}"))
 
 
 def finish(jobs: list[TraceJob], report: TraceReport) -> Trace:
