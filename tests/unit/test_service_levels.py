@@ -406,7 +406,7 @@ def test_equally_served_victims_are_taken_least_waited_first_when_the_policy_say
     assert kinds(cycle(plain, node_list, [preemptor], run, now=37_100)) == {"waited": "preempt", "short": "admit"}
 
 
-def nominal_level_policy(level: int | None) -> Any:
+def nominal_level_policy(level: int | None, yield_factor: float | None = None, **scheduling: Any) -> Any:
     teams = [
         {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
         {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
@@ -414,7 +414,8 @@ def nominal_level_policy(level: int | None) -> Any:
     levels: dict[str, Any] = {"thresholds_gpu_hours": [1, 10], "preempt_within_queue": False, "preempt_borrowed": True}
     if level is not None:
         levels["preempt_nominal_from_level"] = level
-    return policy(teams=teams, scheduling={"service_levels": levels})
+        levels["nominal_yield_wait_per_runtime"] = yield_factor
+    return policy(teams=teams, scheduling={"service_levels": levels, **scheduling})
 
 
 def test_less_served_work_may_take_long_runs_within_another_queues_nominal_quota_when_the_policy_says_so():
@@ -440,6 +441,52 @@ def test_runs_below_that_level_keep_their_nominal_quota():
     assert kinds(cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)) == {
         "b-new": "wait"
     }
+
+
+def test_a_long_run_that_lost_its_nominal_quota_does_not_take_it_back_from_less_served_work():
+    """The state after the test above: a's long job (16 GPU-hours, level 2) lost a's 8 GPUs to b's fresh job,
+    which now runs there on borrowed quota. Without the option a's job reclaims them at once (its quota right);
+    with it, a long job holds no quota right against less-served work, as in one Tiresias queue: it waits, while
+    a fresh job of a's still reclaims, and so does the long job once the starvation guard promotes it (with
+    the rights ``starvation_guard_preempts_borrowed`` gives)."""
+    for level, expected in ((None, {"a-long": "admit", "b-new": "preempt"}), (2, {"a-long": "wait"})):
+        p = nominal_level_policy(level)
+        node_list = nodes(p, train=2)
+        run = running(
+            p,
+            node_list,
+            [(job("b-own", queue="b"), 6_000, None), (job("b-new", queue="b", klass="batch", t=6_900), 7_000, None)],
+        )
+        long = served(job("a-long", queue="a", klass="batch", t=0), 16)
+        res = cycle(p, node_list, [long], run, now=7_200)
+        assert kinds(res) == expected, level
+    fresh = job("a-fresh", queue="a", klass="batch", t=7_100)
+    assert kinds(cycle(p, node_list, [fresh], run, now=7_200)) == {"a-fresh": "admit", "b-new": "preempt"}
+    guarded = nominal_level_policy(2, starvation_guard_hours=1, starvation_guard_preempts_borrowed=True)
+    starved = dataclasses.replace(long, submit_time=-10_000.0)  # waited 17,200 s less the 7,200 s it ran
+    res = cycle(guarded, nodes(guarded, train=2), [starved], run, now=7_200)
+    assert kinds(res) == {"a-long": "admit", "b-new": "preempt"}
+
+
+def test_a_long_run_yields_for_as_long_as_the_policy_says_relative_to_its_runtime():
+    """a's long job ran 7,200 s (16 GPU-hours on 8 GPUs) and was submitted at 0: with
+    ``nominal_yield_wait_per_runtime: 0.5`` it yields until it has waited 3,600 s (at 10,800 s), then reclaims; a kept
+    state claims it in the cycle that passes that moment."""
+    from gpuplane.scheduler.cycle import run_cycle
+    from gpuplane.scheduler.index import PolicyIndex
+    from gpuplane.scheduler.state import CycleState
+
+    p = nominal_level_policy(2, yield_factor=0.5)
+    node_list = nodes(p, train=2)
+    own, new = job("b-own", queue="b"), job("b-new", queue="b", klass="batch", t=6_900)
+    run = running(p, node_list, [(own, 6_000, None), (new, 7_000, None)])
+    long = served(job("a-long", queue="a", klass="batch", t=0), 16)
+    for now, expected in ((10_700, {"a-long": "wait"}), (10_800, {"a-long": "admit", "b-new": "preempt"})):
+        assert kinds(cycle(p, node_list, [long], run, now=now)) == expected, now
+    state = CycleState(PolicyIndex(p), node_list, 7_200.0)
+    state.load(run)
+    for now, expected in ((7_200, 0), (10_700, 0), (10_800, 1)):
+        assert len(run_cycle(state, float(now), [long]).preempted) == expected, now
 
 
 def test_a_job_preempted_often_enough_is_spared_by_less_served_work_when_the_policy_says_so():

@@ -181,6 +181,7 @@ class ServiceLevelsSpec(_Spec):
     order: Literal["across_queues", "within_queue"] = "across_queues"
     spare_longer_waiting: bool = False
     preempt_nominal_from_level: int | None = Field(None, ge=1)
+    nominal_yield_wait_per_runtime: float | None = Field(None, ge=0)
 
 
 class DefragmentationSpec(_Spec):

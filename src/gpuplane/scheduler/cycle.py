@@ -276,6 +276,8 @@ class _Cycle:
                 (guard is not None and r.promote_base + guard <= now) or (keep and r.workload.reserved_before)
             ):  # ``CycleState.promote_at`` inline
                 r.promote(self.index)
+            if r.yield_until <= now and r.yields:
+                r.claim(self.index)
             items = queues.get(r.queue.name)
             if items is None:
                 items = queues[r.queue.name] = []

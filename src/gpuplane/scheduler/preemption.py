@@ -84,7 +84,7 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     if memo[0] != st.ledger.borrow_version:
         memo[1].clear()
         st.sources = memo = (st.ledger.borrow_version, memo[1])
-    key = (r.queue.name, flavor, r.tier.name, r.level, r.starving, within_nominal, limit)
+    key = (r.queue.name, flavor, r.tier.name, r.level, r.starving, r.yields, within_nominal, limit)
     found = memo[1].get(key) if st.incremental else None
     if found is None:
         found = memo[1][key] = _find_sources(st, r, flavor, within_nominal, limit)
@@ -119,19 +119,25 @@ def _find_sources(
             return True
         return reclaim == "any" and not s.guarded and not s.reclaim_young
 
+    def reclaimable_from_as_served(s: Standing) -> bool:
+        return reclaimable(s) and (s.tier.value < priority or s.level >= level)
+
     def more_served_or_waited_less(s: Standing) -> bool:
         return s.tier.value < priority or more_served(s) or waited_less(s)
 
-    if within_nominal and reclaim != "never":
-        accept = reclaimable
+    reclaiming = within_nominal and reclaim != "never"
+    if reclaiming:
+        # a long run that may lose its nominal quota to less-served work does not take it back from such work
+        # either while it yields (``Resolved.yields``; a promoted run with preemption rights no longer yields)
+        accept = reclaimable_from_as_served if r.yields and not starving else reclaimable
     elif starving:
         accept = more_served_or_waited_less
     elif st.index.level_preemption_of_borrowed:
         accept = more_served
     else:
         return sources, False
-    cross_limit = None if accept is reclaimable else limit
-    nominal_level = st.index.nominal_level if accept is not reclaimable else None
+    cross_limit = None if reclaiming else limit
+    nominal_level = None if reclaiming else st.index.nominal_level
 
     def long_run(s: Standing) -> bool:
         return more_served(s) and s.level >= (nominal_level or 0) and not s.aged
@@ -144,7 +150,7 @@ def _find_sources(
             sources[name] = _Source(queue, accept, accept.__name__, cross_limit)
         elif nominal_level is not None:
             sources[name] = _Source(queue, long_run, "long_run", cross_limit, within_nominal=True)
-    return sources, accept is reclaimable
+    return sources, reclaiming
 
 
 def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> bool:

@@ -73,6 +73,12 @@ class Resolved:
     promote_base: float = math.inf
     """Submission + time already run: the moment from which its waiting counts toward the guard."""
     promoted: bool = False
+    yields: bool = False
+    """With ``preempt_nominal_from_level``: a run at that level or above, which may lose its queue's nominal quota
+    to less-served work of other queues, does not take it back from less-served work either, until ``yield_until``."""
+    yield_until: float = math.inf
+    """When it claims its nominal quota again: it has waited ``nominal_yield_wait_per_runtime`` times as long as it
+    has run (infinity without that factor: until the starvation guard promotes it)."""
     starving: bool = False
     """Promoted, and the policy gives promoted work preemption rights (``starvation_guard_preempts_borrowed``)."""
     order: tuple[int, bool, int, float, str] = (0, True, 0, 0.0, "")
@@ -98,6 +104,14 @@ class Resolved:
             self.shape = _shape(self, index)
             self.capacity_key = _capacity_key(self, index)
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
+
+    def claim(self, index: PolicyIndex) -> None:
+        """It has yielded long enough (``yield_until``): it reclaims its queue's nominal quota like any other work, so
+        its searches no longer share its yielding twins' remembered outcomes."""
+        self.yields = False
+        self.preemption_key = (*self.preemption_key, "claims")
+        self.shape = _shape(self, index)
+        self.capacity_key = _capacity_key(self, index)
 
     @property
     def id(self) -> str:
@@ -179,6 +193,11 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
     if index.level_thresholds_gpu_s:
         resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
+        if index.nominal_level is not None and resolved.level >= index.nominal_level:
+            resolved.yields = True
+            if index.nominal_yield_factor is not None:
+                ran = w.attained_gpu_s / max(1.0, profile.required * profile.gpus_per_pod)
+                resolved.yield_until = w.submit_time + ran * (1.0 + index.nominal_yield_factor)
     resolved.order = (-resolved.priority, True, resolved.level, w.submit_time, w.id)
     resolved.shape = _shape(resolved, index)
     resolved.capacity_key = _capacity_key(resolved, index)
