@@ -460,6 +460,9 @@ def test_a_long_run_that_lost_its_nominal_quota_does_not_take_it_back_from_less_
         long = served(job("a-long", queue="a", klass="batch", t=0), 16)
         res = cycle(p, node_list, [long], run, now=7_200)
         assert kinds(res) == expected, level
+    (waiting,) = res.waiting
+    assert waiting.reason.code.value == "awaiting_reclaim"
+    assert waiting.reason.details["yields_to_less_served"] is True and waiting.reason.details["level"] == 2
     fresh = job("a-fresh", queue="a", klass="batch", t=7_100)
     assert kinds(cycle(p, node_list, [fresh], run, now=7_200)) == {"a-fresh": "admit", "b-new": "preempt"}
     guarded = nominal_level_policy(2, starvation_guard_hours=1, starvation_guard_preempts_borrowed=True)
@@ -486,7 +489,9 @@ def test_a_long_run_yields_for_as_long_as_the_policy_says_relative_to_its_runtim
     state = CycleState(PolicyIndex(p), node_list, 7_200.0)
     state.load(run)
     for now, expected in ((7_200, 0), (10_700, 0), (10_800, 1)):
-        assert len(run_cycle(state, float(now), [long]).preempted) == expected, now
+        res = run_cycle(state, float(now), [long])
+        assert len(res.preempted) == expected, now
+        assert expected or res.waiting[0].reason.details.get("yields_to_less_served") is True
 
 
 def test_a_job_preempted_often_enough_is_spared_by_less_served_work_when_the_policy_says_so():

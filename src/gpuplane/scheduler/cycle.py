@@ -56,6 +56,15 @@ _FAILURE_RANK = {
 }
 
 
+def yielding(r: Resolved, code: ReasonCode, details: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``details`` of a quota wait, saying so when ``r`` waits within its nominal quota because it yields it to
+    less-served work (``Resolved.yields``): otherwise ``awaiting_reclaim`` would read as if nothing could be
+    reclaimed. Only what its shape shares (its level), since waits are kept and settled per shape."""
+    if not r.yields or code is not ReasonCode.AWAITING_RECLAIM:
+        return details
+    return {**details, "yields_to_less_served": True, "level": r.level}
+
+
 def behind_head(head: str, position: int) -> Reason:
     """Why work waits in strict mode: ``head`` is blocked ahead of it; ``position`` is its place in its queue."""
     return make_reason(ReasonCode.BLOCKED_BY_QUEUE_HEAD, {"head": head, "queue_position": position})
@@ -425,9 +434,9 @@ class _Cycle:
             return outcome
         assert verdict.code is not None
         if not self.preemption or self._search_known_to_fail(r):
-            outcome = verdict.code, verdict.details, False
+            outcome = verdict.code, yielding(r, verdict.code, verdict.details), False
         elif self.may_search_ahead and self._refused_at_once(r):
-            outcome = verdict.code, verdict.details, True
+            outcome = verdict.code, yielding(r, verdict.code, verdict.details), True
         if not self.spare_longer_waiting:
             if outcome is None:
                 self.loud.add(group)
@@ -529,7 +538,7 @@ class _Cycle:
                     self._block(r, [Failure(only.flavor, None, code, verdict.details)], position)
                     return
                 # what _block decides for one quota failure outside strict mode: no pool to reserve on
-                details = {**verdict.details, "queue": r.queue.name, "queue_position": position}
+                details = {**yielding(r, code, verdict.details), "queue": r.queue.name, "queue_position": position}
                 self.decisions.append(Decision(DecisionKind.WAIT, r.id, make_reason(code, details)))
                 return
         failures: list[Failure] = []
@@ -779,10 +788,14 @@ class _Cycle:
     def _block(self, r: Resolved, failures: list[Failure], position: int) -> None:
         if len(failures) == 1:
             best = failures[0]
-            details: dict[str, Any] = {**best.details, "queue": r.queue.name, "queue_position": position}
+            details: dict[str, Any] = {
+                **yielding(r, best.code, best.details),
+                "queue": r.queue.name,
+                "queue_position": position,
+            }
         else:
             best = min(failures, key=lambda f: _FAILURE_RANK.get(f.code, 99))
-            details = {**best.details, "queue": r.queue.name, "queue_position": position}
+            details = {**yielding(r, best.code, best.details), "queue": r.queue.name, "queue_position": position}
             details["all_failures"] = [{"flavor": f.flavor, "pool": f.pool, "reason": f.code.value} for f in failures]
         blocked_on = [f.pool for f in failures if f.pool is not None and f.code in CAPACITY_CODES]
         if self.mode == "strict":
