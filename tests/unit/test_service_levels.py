@@ -117,6 +117,20 @@ def test_thresholds_must_be_positive_and_increasing(thresholds):
     assert "scheduling.service_levels.thresholds_gpu_hours" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("levels", "field"),
+    [
+        ({"preempt_nominal_from_level": 1}, "preempt_nominal_from_level"),  # nothing may take borrowed GPUs
+        ({"preempt_nominal_from_level": 3, "preempt_borrowed": True}, "preempt_nominal_from_level"),  # levels 0-2
+        ({"nominal_yield_wait_per_runtime": 1.0}, "nominal_yield_wait_per_runtime"),
+    ],
+)
+def test_taking_runs_within_nominal_quota_is_refused_where_it_could_not_work(levels, field):
+    with pytest.raises(PolicyError) as err:
+        policy(scheduling={"service_levels": {"thresholds_gpu_hours": [1, 10], **levels}})
+    assert f"scheduling.service_levels.{field}" in str(err.value)
+
+
 GUARD = {"scheduling": {"service_levels": {"thresholds_gpu_hours": [1, 10]}, "starvation_guard_hours": 1}}
 
 
@@ -411,7 +425,11 @@ def nominal_level_policy(level: int | None, yield_factor: float | None = None, *
         {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
         {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
     ]
-    levels: dict[str, Any] = {"thresholds_gpu_hours": [1, 10], "preempt_within_queue": False, "preempt_borrowed": True}
+    levels: dict[str, Any] = {
+        "thresholds_gpu_hours": [1, 10, 100],
+        "preempt_within_queue": False,
+        "preempt_borrowed": True,
+    }
     if level is not None:
         levels["preempt_nominal_from_level"] = level
         levels["nominal_yield_wait_per_runtime"] = yield_factor

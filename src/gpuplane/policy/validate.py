@@ -249,6 +249,26 @@ def _service_levels(policy: PolicySpec) -> Iterator[PolicyIssue]:
                 else f"threshold {value:g} is not positive",
                 "list positive GPU-hour thresholds in increasing order, e.g. [1, 10, 100]",
             )
+    path = ("scheduling", "service_levels")
+    level = levels.preempt_nominal_from_level
+    if level is not None and not levels.preempt_borrowed:
+        yield PolicyIssue(
+            (*path, "preempt_nominal_from_level"),
+            "only work that may take borrowed GPUs (preempt_borrowed) may take runs within nominal quota",
+            "set scheduling.service_levels.preempt_borrowed: true, or remove preempt_nominal_from_level",
+        )
+    if level is not None and level > len(thresholds):
+        yield PolicyIssue(
+            (*path, "preempt_nominal_from_level"),
+            f"level {level} does not exist: {len(thresholds)} thresholds make levels 0 to {len(thresholds)}",
+            f"use a level from 1 to {len(thresholds)}, or add thresholds_gpu_hours",
+        )
+    if levels.nominal_yield_wait_per_runtime is not None and level is None:
+        yield PolicyIssue(
+            (*path, "nominal_yield_wait_per_runtime"),
+            "only runs that may lose their nominal quota (preempt_nominal_from_level) yield it",
+            "set scheduling.service_levels.preempt_nominal_from_level, or remove nominal_yield_wait_per_runtime",
+        )
 
 
 def _services(policy: PolicySpec) -> Iterator[PolicyIssue]:

@@ -148,8 +148,9 @@ class PolicyIndex:
         self.level_preemption_of_borrowed = levels is not None and levels.preempt_borrowed
         self.spare_longer_waiting = levels is not None and levels.spare_longer_waiting
         self.nominal_level: int | None = None if levels is None else levels.preempt_nominal_from_level
-        self.nominal_yield_factor: float | None = None if levels is None else levels.nominal_yield_wait_per_runtime
         """Less-served work may take other queues' runs at this level or above even within their nominal quota."""
+        self.nominal_yield_factor: float | None = None if levels is None else levels.nominal_yield_wait_per_runtime
+        """How long such a run yields its nominal quota, in multiples of its runtime (None: until promoted)."""
         self.levels_across_queues = levels is None or levels.order == "across_queues"
 
     def _read_starvation_guard(self, scheduling: SchedulingSpec) -> None:
