@@ -99,6 +99,7 @@ def policies(draw, preemption=None):
         if scheduling["service_levels"]["preempt_borrowed"] and draw(st.booleans()):
             scheduling["service_levels"]["preempt_nominal_from_level"] = draw(st.sampled_from([1, 2]))
             scheduling["service_levels"]["nominal_yield_wait_per_runtime"] = draw(st.sampled_from([None, 0.0, 0.5]))
+            scheduling["service_levels"]["nominal_kept_share"] = draw(st.sampled_from([0.0, 0.5]))
     if draw(st.booleans()):
         scheduling["starvation_guard_hours"] = draw(st.sampled_from([0.5, 2.0]))
         scheduling["starvation_guard_protects_runs"] = draw(st.sampled_from([True, False, "within_nominal"]))

@@ -123,6 +123,7 @@ def test_thresholds_must_be_positive_and_increasing(thresholds):
         ({"preempt_nominal_from_level": 1}, "preempt_nominal_from_level"),  # nothing may take borrowed GPUs
         ({"preempt_nominal_from_level": 3, "preempt_borrowed": True}, "preempt_nominal_from_level"),  # levels 0-2
         ({"nominal_yield_wait_per_runtime": 1.0}, "nominal_yield_wait_per_runtime"),
+        ({"nominal_kept_share": 0.5}, "nominal_kept_share"),
     ],
 )
 def test_taking_runs_within_nominal_quota_is_refused_where_it_could_not_work(levels, field):
@@ -420,7 +421,9 @@ def test_equally_served_victims_are_taken_least_waited_first_when_the_policy_say
     assert kinds(cycle(plain, node_list, [preemptor], run, now=37_100)) == {"waited": "preempt", "short": "admit"}
 
 
-def nominal_level_policy(level: int | None, yield_factor: float | None = None, **scheduling: Any) -> Any:
+def nominal_level_policy(
+    level: int | None, yield_factor: float | None = None, nominal_kept_share: float = 0.0, **scheduling: Any
+) -> Any:
     teams = [
         {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
         {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
@@ -433,6 +436,7 @@ def nominal_level_policy(level: int | None, yield_factor: float | None = None, *
     if level is not None:
         levels["preempt_nominal_from_level"] = level
         levels["nominal_yield_wait_per_runtime"] = yield_factor
+        levels["nominal_kept_share"] = nominal_kept_share
     return policy(teams=teams, scheduling={"service_levels": levels, **scheduling})
 
 
@@ -448,6 +452,18 @@ def test_less_served_work_may_take_long_runs_within_another_queues_nominal_quota
         res = cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)
         assert kinds(res) == expected, level
     assert res.waiting[0].reason.code.value == "cohort_quota_exhausted"
+
+
+def test_runs_are_not_taken_below_the_share_of_nominal_quota_the_policy_keeps():
+    """As above, with ``nominal_kept_share: 0.5``: taking a's 8-GPU run would leave a none of the 4 GPUs it keeps."""
+    p = nominal_level_policy(2, nominal_kept_share=0.5)
+    node_list = nodes(p, train=2)
+    run = running(
+        p, node_list, [(job("a-long", queue="a", klass="batch"), 0, None), (job("b-own", queue="b"), 6_000, None)]
+    )
+    assert kinds(cycle(p, node_list, [job("b-new", queue="b", klass="batch", t=7_000)], run, now=7_200)) == {
+        "b-new": "wait"
+    }
 
 
 def test_runs_below_that_level_keep_their_nominal_quota():
@@ -483,6 +499,11 @@ def test_a_long_run_that_lost_its_nominal_quota_does_not_take_it_back_from_less_
     assert waiting.reason.details["yields_to_less_served"] is True and waiting.reason.details["level"] == 2
     fresh = job("a-fresh", queue="a", klass="batch", t=7_100)
     assert kinds(cycle(p, node_list, [fresh], run, now=7_200)) == {"a-fresh": "admit", "b-new": "preempt"}
+    keeps_all = nominal_level_policy(2, nominal_kept_share=1.0)  # below the share it keeps, a long job reclaims
+    assert kinds(cycle(keeps_all, nodes(keeps_all, train=2), [long], run, now=7_200)) == {
+        "a-long": "admit",
+        "b-new": "preempt",
+    }
     guarded = nominal_level_policy(2, starvation_guard_hours=1, starvation_guard_preempts_borrowed=True)
     starved = dataclasses.replace(long, submit_time=-10_000.0)  # waited 17,200 s less the 7,200 s it ran
     res = cycle(guarded, nodes(guarded, train=2), [starved], run, now=7_200)

@@ -182,6 +182,7 @@ class ServiceLevelsSpec(_Spec):
     spare_longer_waiting: bool = False
     preempt_nominal_from_level: int | None = Field(None, ge=1)
     nominal_yield_wait_per_runtime: float | None = Field(None, ge=0)
+    nominal_kept_share: float = Field(0.0, ge=0, le=1)
 
 
 class DefragmentationSpec(_Spec):

@@ -263,6 +263,12 @@ def _service_levels(policy: PolicySpec) -> Iterator[PolicyIssue]:
             f"level {level} does not exist: {len(thresholds)} thresholds make levels 0 to {len(thresholds)}",
             f"use a level from 1 to {len(thresholds)}, or add thresholds_gpu_hours",
         )
+    if levels.nominal_kept_share > 0 and level is None:
+        yield PolicyIssue(
+            (*path, "nominal_kept_share"),
+            "only preempt_nominal_from_level takes runs within nominal quota, so there is no share to keep",
+            "set scheduling.service_levels.preempt_nominal_from_level, or remove nominal_kept_share",
+        )
     if levels.nominal_yield_wait_per_runtime is not None and level is None:
         yield PolicyIssue(
             (*path, "nominal_yield_wait_per_runtime"),

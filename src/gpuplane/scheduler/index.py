@@ -151,6 +151,8 @@ class PolicyIndex:
         """Less-served work may take other queues' runs at this level or above even within their nominal quota."""
         self.nominal_yield_factor: float | None = None if levels is None else levels.nominal_yield_wait_per_runtime
         """How long such a run yields its nominal quota, in multiples of its runtime (None: until promoted)."""
+        self.nominal_kept_share = 0.0 if levels is None else levels.nominal_kept_share
+        """The share of each queue's nominal quota never taken that way, within which its long runs reclaim."""
         self.levels_across_queues = levels is None or levels.order == "across_queues"
 
     def _read_starvation_guard(self, scheduling: SchedulingSpec) -> None:

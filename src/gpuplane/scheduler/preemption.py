@@ -70,10 +70,11 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     """The queues that may lose work to ``r`` on ``option``'s flavor, each with its filter, and whether the
     other queues' work would be reclaimed quota (else it would lose to less-served work).
 
-    They depend on the preemptor only through its queue, tier, level, starvation, whether it stays within its
-    nominal quota and (with ``spare_longer_waiting``) its wait, and on the state only through which queues of the
-    cohort borrow: kept while none starts or stops borrowing (``QuotaLedger.borrow_version``,
-    ``CycleState.sources``), so the searches of a cycle, and of the next ones, share them."""
+    They depend on the preemptor only through its queue, tier, level, starvation, whether it yields its nominal quota
+    (it does not below ``nominal_kept_share`` of it), whether it stays within its nominal quota and (with
+    ``spare_longer_waiting``) its wait, and on the state only through which queues of the cohort borrow: kept while
+    none starts or stops borrowing (``QuotaLedger.borrow_version``, ``CycleState.sources``), so the searches of a
+    cycle, and of the next ones, share them."""
     flavor = option.flavor
     within_nominal = (
         r.queue.cohort is not None
@@ -84,15 +85,20 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     if memo[0] != st.ledger.borrow_version:
         memo[1].clear()
         st.sources = memo = (st.ledger.borrow_version, memo[1])
-    key = (r.queue.name, flavor, r.tier.name, r.level, r.starving, r.yields, within_nominal, limit)
+    kept = st.index.nominal_kept_share
+    yields = r.yields and not (
+        kept > 0
+        and st.ledger.usage[r.queue.name][flavor] + option.milli * r.required <= kept * r.queue.quota(flavor).nominal
+    )
+    key = (r.queue.name, flavor, r.tier.name, r.level, r.starving, yields, within_nominal, limit)
     found = memo[1].get(key) if st.incremental else None
     if found is None:
-        found = memo[1][key] = _find_sources(st, r, flavor, within_nominal, limit)
+        found = memo[1][key] = _find_sources(st, r, flavor, within_nominal, limit, yields)
     return found
 
 
 def _find_sources(
-    st: CycleState, r: Resolved, flavor: str, within_nominal: bool, limit: float | None
+    st: CycleState, r: Resolved, flavor: str, within_nominal: bool, limit: float | None, yields: bool
 ) -> tuple[dict[str, _Source], bool]:
     by_level = st.index.level_preemption
     # the filters read these values, not ``r``: they are kept for other preemptors, and ``r`` may be promoted later
@@ -129,7 +135,7 @@ def _find_sources(
     if reclaiming:
         # a long run that may lose its nominal quota to less-served work does not take it back from such work
         # either while it yields (``Resolved.yields``; a promoted run with preemption rights no longer yields)
-        accept = reclaimable_from_as_served if r.yields and not starving else reclaimable
+        accept = reclaimable_from_as_served if yields and not starving else reclaimable
     elif starving:
         accept = more_served_or_waited_less
     elif st.index.level_preemption_of_borrowed:
@@ -299,13 +305,18 @@ def _cheapest_nodes_first(
 
 def _may_take(st: CycleState, r: Resolved, e: RunEntry, sources: dict[str, _Source]) -> bool:
     """A cross-queue victim is taken only while its queue still borrows the flavor, or, with
-    ``preempt_nominal_from_level``, when it is a long run that less-served work may take within nominal."""
+    ``preempt_nominal_from_level``, when it is a long run that less-served work may take within nominal and its
+    queue keeps ``nominal_kept_share`` of its nominal quota without it."""
     if e.queue is r.queue or e.queue is None:
         return e.queue is r.queue
     if st.ledger.borrowing(e.queue, e.flavor):
         return True
     source = sources.get(e.queue.name)
-    return source is not None and source.within_nominal and st.victims.level(e) >= (st.index.nominal_level or 0)
+    if source is None or not source.within_nominal:
+        return False
+    kept = st.index.nominal_kept_share * e.queue.quota(e.flavor).nominal
+    level = st.index.nominal_level or 0
+    return st.ledger.usage[e.queue.name][e.flavor] - e.milli >= kept and st.victims.level(e) >= level
 
 
 def plan_preemption(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | None:
