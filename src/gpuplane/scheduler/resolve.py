@@ -100,16 +100,19 @@ class Resolved:
         self.promoted = True
         self.starving = preempts
         if preempts:
-            self.preemption_key = (*self.preemption_key, "promoted")
-            self.shape = _shape(self, index)
-            self.capacity_key = _capacity_key(self, index)
+            self._search_differs("promoted", index)
         self.order = (-self.priority, False, 0, self.workload.submit_time, self.workload.id)
 
     def claim(self, index: PolicyIndex) -> None:
         """It has yielded long enough (``yield_until``): it reclaims its queue's nominal quota like any other work, so
         its searches no longer share its yielding twins' remembered outcomes."""
         self.yields = False
-        self.preemption_key = (*self.preemption_key, "claims")
+        self._search_differs("claims", index)
+
+    def _search_differs(self, mark: str, index: PolicyIndex) -> None:
+        """Its preemption search now differs from its twins': ``mark`` sets its preemption key (and so its waiting
+        shape and capacity-wait key) apart from theirs."""
+        self.preemption_key = (*self.preemption_key, mark)
         self.shape = _shape(self, index)
         self.capacity_key = _capacity_key(self, index)
 
@@ -190,20 +193,19 @@ def resolve(w: Workload, index: PolicyIndex) -> Resolved:
         index.profile_cache[key] = profile
     duration = w.estimated_duration_s or index.classes[w.klass].default_duration_s
     resolved = Resolved(w, duration, *profile)
+    ran = w.attained_gpu_s / max(1.0, profile.required * profile.gpus_per_pod)  # time already run, over its GPUs
     if index.level_thresholds_gpu_s:
         resolved.level = service_level(index.level_thresholds_gpu_s, w.attained_gpu_s)
         resolved.preemption_key = (*profile.preemption_key, resolved.level)
         if index.nominal_level is not None and resolved.level >= index.nominal_level:
             resolved.yields = True
             if index.nominal_yield_factor is not None:
-                ran = w.attained_gpu_s / max(1.0, profile.required * profile.gpus_per_pod)
                 resolved.yield_until = w.submit_time + ran * (1.0 + index.nominal_yield_factor)
     resolved.order = (-resolved.priority, True, resolved.level, w.submit_time, w.id)
     resolved.shape = _shape(resolved, index)
     resolved.capacity_key = _capacity_key(resolved, index)
     if index.guarded:
-        gpus = max(1.0, profile.required * profile.gpus_per_pod)
-        resolved.promote_base = w.submit_time + w.attained_gpu_s / gpus
+        resolved.promote_base = w.submit_time + ran
         if index.starvation_guard_s is not None:
             resolved.promote_at = resolved.promote_base + index.starvation_guard_s
     return resolved
