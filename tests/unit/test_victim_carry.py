@@ -65,3 +65,32 @@ def test_an_index_built_after_its_cycles_admission_is_not_carried() -> None:
     urgent = job("h", "a", gpus=8, t=30.0, priority="high")
     second = _decide_both(p, index, kept, 60.0, running, [w2, urgent])
     assert ("w1", DecisionKind.PREEMPT.value) in {(w, k) for w, k, _ in second}
+
+
+def test_a_new_index_takes_over_the_victim_sums_only_of_queues_whose_runs_are_unchanged() -> None:
+    """Runs of teams a and b are indexed and their victim sums asked; b's run ends. The next index takes over a's
+    sums (a's runs hold the same GPUs per standing) and sums b's again: taking b's over too would count the ended
+    run as a victim."""
+    p = policy(scheduling={"preemption": {"enabled": True}})
+    index = PolicyIndex(p)
+    ra, rb = job("ra", "a", gpus=8, preemptible=True), job("rb", "b", gpus=8, preemptible=True)
+    placed = schedule(index, ClusterSnapshot(0.0, nodes(p, train=2), [], [ra, rb])).admitted
+    by_id = {"ra": ra, "rb": rb}
+    state = CycleState(index, nodes(p, train=2), 0.0)
+    state.load([RunningWorkload(by_id[d.workload_id], d.placement, 0.0) for d in placed])  # type: ignore[arg-type]
+    state.begin_cycle(10.0)
+
+    def every(_standing: object) -> bool:
+        return True
+
+    first = state.victims
+    assert first.milli_where("a", "h100", every, ("any",)) == 8000
+    assert first.milli_where("b", "h100", every, ("any",)) == 8000
+    state.finish("rb")
+    state.begin_cycle(20.0)
+    second = state.victims
+    assert second is not first
+    assert ("a", "h100") in second._milli_sums, "a's sums are taken over"
+    assert ("b", "h100") not in second._milli_sums, "b's run ended: its sums are not"
+    assert second.milli_where("b", "h100", every, ("any",)) == 0
+    assert second.milli_where("a", "h100", every, ("any",)) == 8000

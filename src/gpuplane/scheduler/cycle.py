@@ -248,9 +248,11 @@ class _Cycle:
         """``_capacity_wait``'s outcomes per (shape, pool, spread group) while ``_changed()`` stays at
         ``capacity_changed``."""
         self.capacity_changed = 0
-        self.refused: set[tuple[object, ...]] = set()
-        """(preemption key, pods) whose search ``preemption.refused_at_once`` showed would fail, until the next
-        admission: the search itself is not run again."""
+        self.refused: dict[str, set[tuple[object, ...]]] = {}
+        """Per queue, (preemption key, pods) whose search ``preemption.refused_at_once`` showed would fail: the search
+        itself is not run again. An admission that stops nothing and starts or ends no queue's borrowing leaves the
+        other queues' refusals standing (it takes free GPUs and quota, and its run is no victim this cycle: the tests
+        can only refuse more); it forgets its own queue's, whose standing within its nominal quota it may change."""
         self.may_search_ahead = self.preemption and self.search_bound is None and not self.spare_longer_waiting
         """Whether a quiet check may run a search's cheap tests ahead of the workload's turn: not when searches are
         counted per queue (``searches_per_queue``) nor when they depend on each workload's wait."""
@@ -358,7 +360,7 @@ class _Cycle:
         if parking is not None:
             parking.settle_before(None, len(self.decisions), self._searched)
             settled = tuple(parking.settled)
-        self.st.keep_refused(self.refused)
+        self.st.keep_refused({key for refused in self.refused.values() for key in refused})
         views = tuple(
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
@@ -488,7 +490,10 @@ class _Cycle:
         in ``refused`` until the next admission; the shapes refused at the end of the last cycle count while the
         state has not changed since."""
         if self._known_refused(r) or refused_at_once(self.st, r):
-            self.refused.add((r.preemption_key, r.required))
+            refused = self.refused.get(r.queue.name)
+            if refused is None:
+                refused = self.refused[r.queue.name] = set()
+            refused.add((r.preemption_key, r.required))
             return True
         return False
 
@@ -496,7 +501,8 @@ class _Cycle:
         """Whether ``r``'s shape was refused at the cheap tests since the last admission, or at the end of the last
         cycle with nothing changed since."""
         key = (r.preemption_key, r.required)
-        if key in self.refused:
+        refused = self.refused.get(r.queue.name)
+        if refused is not None and key in refused:
             return True
         if self.kept_refused is None:
             self.kept_refused = self.st.refused_kept() if not self.admissions else frozenset()
@@ -588,11 +594,15 @@ class _Cycle:
         self.changes += 1
         self.quiet.clear()
         self.loud.clear()
-        self.refused.clear()
         self.kept_refused = frozenset()
         self.unreservable.clear()
         st.cap.commit()
+        borrow_version = st.ledger.borrow_version
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
+        if victims or st.ledger.borrow_version != borrow_version:
+            self.refused.clear()
+        else:
+            self.refused.pop(r.queue.name, None)
         st.admitted(
             RunEntry(
                 id=r.id,

@@ -140,6 +140,8 @@ class CycleState:
             flavor = index.pools[node.pool].flavor
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         self._victims: VictimIndex | None = None
+        self._previous_victims: VictimIndex | None = None
+        """The last index dropped, whose per-queue victim sums the next one takes over where they still hold."""
         self.sources: tuple[int, dict[tuple[object, ...], Any]] = (-1, {})
         """Preemption sources found while the same queues borrow (``QuotaLedger.borrow_version``;
         ``preemption._sources``)."""
@@ -196,21 +198,21 @@ class CycleState:
             self.finish(wid)
         self.cap.set_usable(idx, False)
         self.changes += 1
-        self._victims = None
+        self._drop_victims()
         return hit
 
     def node_up(self, name: str) -> None:
         """Node ``name`` is ready again (a replacement booted): its GPUs are free for the next cycle."""
         self.cap.set_usable(self.cap.by_name[name], True)
         self.changes += 1
-        self._victims = None
+        self._drop_victims()
 
     def load(self, running: Iterable[RunningWorkload]) -> None:
         """Add running work (a snapshot's, or work restored by a runtime); SnapshotError if it contradicts."""
         for run in running:
             self._add_running(run.workload.id, run)
         self.changes += 1
-        self._victims = None
+        self._drop_victims()
 
     def begin_cycle(self, now: float, load: LoadSignals | None = None) -> None:
         """Start a cycle at ``now``: reservations are per cycle, last cycle's admissions become ordinary work,
@@ -223,15 +225,14 @@ class CycleState:
         for entry in self._admitted:
             entry.admitted_now = False
         self._admitted = []
-        victims, self._victims = self._victims, None
-        if (
-            victims is not None
-            and self.incremental
+        victims = self._victims
+        if victims is not None and not (
+            self.incremental
             and victims.every_run  # not built after admissions of its own cycle, which it left out
             and victims.built_at == self.changes
             and victims.carry(now)
         ):
-            self._victims = victims
+            self._drop_victims()
         self.cap.commit()
 
     def admitted(self, entry: RunEntry) -> None:
@@ -251,7 +252,13 @@ class CycleState:
         self.changes += 1
         self.release(entry)
         self.cap.commit()
-        self._victims = None
+        self._drop_victims()
+
+    def _drop_victims(self) -> None:
+        """The victim index no longer holds: the next cycle that needs one builds it anew (``victims``)."""
+        if self._victims is not None:
+            self._previous_victims = self._victims
+            self._victims = None
 
     @property
     def victims(self) -> VictimIndex:
@@ -280,6 +287,9 @@ class CycleState:
             self._victims.incremental = self.incremental
             self._victims.built_at = self.changes
             self._victims.every_run = len(entries) == len(self.running)
+            if self.incremental and self._previous_victims is not None:
+                self._victims.inherit_sums(self._previous_victims)
+            self._previous_victims = None
         return self._victims
 
     def keep_refused(self, refused: set[tuple[object, ...]]) -> None:
@@ -586,7 +596,9 @@ class VictimIndex:
         """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
         the clearing costs of ``clearing`` are brought up to date from it."""
         self.clearing: dict[tuple[object, ...], ClearingCosts] = {}
-        self._milli_sums: dict[tuple[str, str, tuple[object, ...]], int] = {}
+        self._milli_sums: dict[tuple[str, str], dict[tuple[object, ...], int]] = {}
+        """Per (queue, flavor), ``milli_where``'s sums per victim rule, until work of that queue and flavor is evicted
+        (or, in the next index, while that queue and flavor hold the same GPUs per standing: ``inherit_sums``)."""
         self.incremental = True
         """Per-node clearing costs per victim filter (``scheduler.clearing``), kept for the rest of the cycle."""
         self.built_at = 0
@@ -657,8 +669,16 @@ class VictimIndex:
         self.group_nodes = []
         self.touched = []
         self.clearing = {}
-        self._milli_sums = {}
         return True
+
+    def inherit_sums(self, previous: VictimIndex) -> None:
+        """Take over ``previous``'s victim sums (``milli_where``) of every queue and flavor whose work holds the same
+        milli-GPUs per standing in both: a sum reads nothing else, so only the queues whose runs started, ended or
+        changed standing since are summed again (in a saturated cluster, a few of many)."""
+        for key, sums in previous._milli_sums.items():
+            held = self.milli.get(key)
+            if held is not None and held == previous.milli.get(key):
+                self._milli_sums[key] = dict(sums)
 
     def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
         """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked: a cycle
@@ -727,9 +747,9 @@ class VictimIndex:
     def remove(self, entry: RunEntry) -> None:
         """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
         self.touch(entry.slots)
-        self._milli_sums.clear()
         if entry.queue is None or entry.tier is None or not entry.preemptible:
             return
+        self._milli_sums.pop((entry.queue.name, entry.flavor), None)
         by_standing = self.milli.get((entry.queue.name, entry.flavor))
         standing = self.standing(entry)
         if by_standing is not None and standing in by_standing:
@@ -743,10 +763,12 @@ class VictimIndex:
         ``rule`` names ``accept`` exactly (the same rule accepts the same standings): the sum is then remembered
         until the next eviction, since the searches of one cycle ask it again and again."""
         if rule is not None and self.incremental:
-            key = (queue, flavor, rule)
-            cached = self._milli_sums.get(key)
+            sums = self._milli_sums.get((queue, flavor))
+            if sums is None:
+                sums = self._milli_sums[(queue, flavor)] = {}
+            cached = sums.get(rule)
             if cached is None:
-                cached = self._milli_sums[key] = self.milli_where(queue, flavor, accept)
+                cached = sums[rule] = self.milli_where(queue, flavor, accept)
             return cached
         by_standing = self.milli.get((queue, flavor), {})
         return sum(m for standing, m in by_standing.items() if accept(standing))
