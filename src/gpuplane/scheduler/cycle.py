@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -35,7 +36,7 @@ from gpuplane.scheduler.preemption import plan_preemption, refused_at_once
 from gpuplane.scheduler.reasons import make_reason
 from gpuplane.scheduler.resolve import FlavorOption, InvalidWorkload, Resolved, queueing_delay
 from gpuplane.scheduler.settled import HeapKey, Outcome, Parking, SettledQueue, heap_key, no_pool_details, with_settled
-from gpuplane.scheduler.state import CycleState, Reservation, Resolutions, RunEntry
+from gpuplane.scheduler.state import CycleState, QuietRecord, Reservation, Resolutions, RunEntry
 
 _FAILURE_RANK = {
     code: rank
@@ -227,6 +228,13 @@ class _Cycle:
         """Defragmentation searches that failed (queue, tier, pod shape, pools, youngest movable run), with the
         number of admissions the cycle had made then: the same search fails again while no admission has changed
         the state since."""
+        self.refusals: dict[tuple[object, ...], Resolved] = {}
+        """One workload per (preemption key, pods) whose search this cycle found refused at its cheap tests: a
+        repeat of the cycle after a victim's standing changed tests them again (``scheduler.repeat``)."""
+        self.walks = state.search_walks
+        self.defrag_by_wait = False
+        """Whether a move limited by the waiting pod's age was looked at (``min_run_age_per_wait``): its outcome
+        reads the pod's wait, so the cycle is not repeated (``_record_quiet``)."""
         self.admissions = 0
         self.changes = 0
         """Admissions and reservations made so far (``_changed``)."""
@@ -273,6 +281,8 @@ class _Cycle:
         kept = self.st.kept_resolutions()
         guard = self.st.guard_s
         keep = self.index.policy.scheduling.backfill.keep_reservations
+        record = self.st.record_quiet
+        next_promote = next_yield = math.inf  # for ``_record_quiet``: the earliest promotion base and end of a yield
         for w in self.pending:
             cached = kept.get(w.id)  # ``CycleState.resolve``'s kept resolution, inline
             if cached is not None and cached[0] is w:
@@ -289,6 +299,11 @@ class _Cycle:
                 r.promote(self.index)
             if r.yield_until <= now and r.yields:
                 r.claim(self.index)
+            if record:
+                if not r.promoted and r.promote_base < next_promote:
+                    next_promote = r.promote_base
+                if r.yields and r.yield_until < next_yield:
+                    next_yield = r.yield_until
             items = queues.get(r.queue.name)
             if items is None:
                 items = queues[r.queue.name] = []
@@ -361,12 +376,42 @@ class _Cycle:
             parking.settle_before(None, len(self.decisions), self._searched)
             settled = tuple(parking.settled)
         self.st.keep_refused({key for refused in self.refused.values() for key in refused})
+        if record:
+            self._record_quiet(next_promote, next_yield)
         views = tuple(
             ReservationView(v.workload_id, v.pool, v.start, sum(len(g) for g in v.gpus.values()))
             for v in self.st.reservations.values()
         )
         return CycleResult(
             self.st.now, tuple(self.decisions), views, tuple(self.tail), settled, tuple(keys), keys_from or 0
+        )
+
+    def _record_quiet(self, next_promote: float, next_yield: float) -> None:
+        """Leave what a next cycle may repeat (``scheduler.repeat``) when this one admitted, stopped, moved and
+        reserved nothing, and none of its decisions read a workload's wait: until the earliest promotion
+        (``next_promote`` is the earliest promotion base), end of a yield or change of a victim's standing."""
+        st = self.st
+        st.quiet = None
+        if (
+            self.mode == "strict"
+            or self.spare_longer_waiting
+            or self.search_bound is not None
+            or self.defrag_by_wait
+            or not st.incremental
+            or st.reservations
+            or any(d.kind is not DecisionKind.WAIT for d in self.decisions)
+        ):
+            return
+        guard = st.guard_s
+        promoted_at = next_promote + guard if guard is not None else math.inf
+        walked = st.search_walks != self.walks
+        st.quiet = QuietRecord(
+            st.changes,
+            guard,
+            list(self.pending),
+            min(promoted_at, next_yield),
+            st.victims_until(),
+            None if walked else list(self.refusals.values()),
         )
 
     def _key(self, r: Resolved | None, name: str, pos: int) -> HeapKey:
@@ -463,6 +508,7 @@ class _Cycle:
         code = result.code
         assert code is not None
         defrag = self.moved_gpus_per_gpu is not None and code is ReasonCode.INSUFFICIENT_CAPACITY
+        self.defrag_by_wait = self.defrag_by_wait or (defrag and self.min_run_age_per_wait > 0)
         if defrag and self.defrag_memo.get(_defrag_key(r, self._min_run_age(r))) != self.admissions:
             return None
         searched = False  # whether deciding it would run (and remember) a failing preemption search
@@ -490,6 +536,7 @@ class _Cycle:
         in ``refused`` until the next admission; the shapes refused at the end of the last cycle count while the
         state has not changed since."""
         if self._known_refused(r) or refused_at_once(self.st, r):
+            self.refusals.setdefault((r.preemption_key, r.required), r)
             refused = self.refused.get(r.queue.name)
             if refused is None:
                 refused = self.refused[r.queue.name] = set()
@@ -672,6 +719,7 @@ class _Cycle:
         if self._search_known_to_fail(r):
             return False
         if self._known_refused(r):
+            self.refusals.setdefault((r.preemption_key, r.required), r)
             self._remember_failure(r, 0.0)
             return False
         if self.search_bound is not None:
@@ -680,8 +728,11 @@ class _Cycle:
                 self.deferred = r.id
                 return False
             self.searches[r.queue.name] = done + 1
+        walks = self.st.search_walks
         plan = plan_preemption(self.st, self.admitter, r)
         if plan is None:
+            if self.st.search_walks == walks:
+                self.refusals.setdefault((r.preemption_key, r.required), r)
             self._remember_failure(r, r.waited_s(self.st.now) if self.spare_longer_waiting else 0.0)
             return False
         grace = self.index.policy.scheduling.preemption.grace_period_s
@@ -733,6 +784,7 @@ class _Cycle:
         """Admit ``r`` now by moving small runs off the nodes it needs (``scheduler.defragment``): each moved run
         gets a PREEMPT (``preempted_to_defragment``) and an ADMIT at its new place, then ``r`` its ADMIT."""
         assert self.moved_gpus_per_gpu is not None
+        self.defrag_by_wait = self.defrag_by_wait or self.min_run_age_per_wait > 0
         min_age = self._min_run_age(r)
         key = _defrag_key(r, min_age)
         if self.defrag_memo.get(key) == self.admissions:

@@ -369,6 +369,7 @@ def _plan(st: CycleState, admitter: Admitter, r: Resolved) -> PreemptionPlan | N
         if searchable is None:
             continue
         sources, reclaiming, costs = searchable
+        st.search_walks += 1
         mark = st.cap.mark()
         removed: list[RunEntry] = []
         fits = False

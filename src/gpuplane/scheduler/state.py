@@ -104,6 +104,25 @@ class Resolutions:
             self.guard_s = guard_s
 
 
+@dataclass(slots=True)
+class QuietRecord:
+    """What a cycle that changed nothing leaves for the next ones to repeat (``scheduler.repeat``)."""
+
+    changes: int
+    """``CycleState.changes`` at its end: any start, end, eviction or node change since voids the record."""
+    guard_s: float | None
+    """The starvation guard it decided under."""
+    workloads: list[Workload]
+    """The workloads it decided (and the quiet arrivals since), in the order passed."""
+    until: float
+    """Before this time no promotion by the starvation guard and no end of a yield reaches them."""
+    standings_until: float
+    """Before this time no victim's standing changes (``victims_until``); after it, ``refusals`` are tested again."""
+    refusals: list[Resolved] | None
+    """One workload per preemption shape whose search was refused at its cheap tests, the only searches it ran;
+    None when a search walked victims (and failed): it is repeated only while no standing has changed."""
+
+
 class CycleState:
     """Capacity, quota and running work: built from a snapshot for one cycle, or kept up to date by a runtime.
 
@@ -154,6 +173,12 @@ class CycleState:
         self._resolutions.follow(self.guard_s)
         self._resolved = self._resolutions.entries
         self.remember_resolved = remember_resolved or resolutions is not None  # a one-cycle state's own: never pays
+        self.record_quiet = False
+        """Whether each cycle that changes nothing records what the next may repeat (``quiet``): a runtime that
+        skips such cycles (``scheduler.repeat``) asks for it."""
+        self.quiet: QuietRecord | None = None
+        self.search_walks = 0
+        """Preemption searches that got past their cheap tests and walked victims (``preemption.plan_preemption``)."""
 
     def resolve(self, w: Workload) -> Resolved:
         """``resolve(w)``, remembered while the runtime passes the same workload object cycle after cycle.
@@ -180,6 +205,13 @@ class CycleState:
         if self.guard_s is None:
             return math.inf
         return r.promote_base + self.guard_s
+
+    def victims_until(self) -> float:
+        """Before when the kept victim index can be carried into a cycle (``VictimIndex.carry``); infinity without
+        one (no search has needed it since the last change)."""
+        if self._victims is None:
+            return math.inf
+        return self._victims.until - _CARRY_MARGIN_S
 
     def forget_resolved(self, keep: int) -> None:
         """Drop remembered resolutions when there are far more than the ``keep`` workloads now pending."""

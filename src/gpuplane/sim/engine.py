@@ -29,6 +29,7 @@ from gpuplane.model.placement import Placement
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex
 from gpuplane.scheduler.cycle import CycleResult, run_cycle
+from gpuplane.scheduler.repeat import repeat_quietly
 from gpuplane.scheduler.resolve import InvalidWorkload, resolve
 from gpuplane.scheduler.state import CycleState
 from gpuplane.sim.accounts import EventSink, SimAccounts
@@ -183,6 +184,7 @@ class Simulation:
         on_cycle: Callable[[float, CycleResult], None] | None = None,
         node_tick_s: float = 60.0,
         on_node: Callable[[float, NodeChange, str, str], None] | None = None,
+        repeat_quiet_cycles: bool = True,
     ) -> None:
         """``quotas_of``: the policy whose nominal quotas are the guarantees measured (``quota_owed``); a
         comparison passes the user's policy so that policies without quotas are held to the same ones.
@@ -190,7 +192,9 @@ class Simulation:
         and down) as it happens. ``on_cycle``: receives every cycle's result before it is applied (the replay
         compares its decisions with the live plane's). ``node_tick_s``: virtual seconds between two node autoscaler
         ticks. ``on_node``: receives every node the autoscaler orders, that finishes booting (``join``) and that
-        it removes, as (time, change, pool, node)."""
+        it removes, as (time, change, pool, node). ``repeat_quiet_cycles``: a cycle that would change nothing after
+        one that changed nothing is answered from it (``scheduler.repeat``: the same decisions, not run again); not
+        with ``on_cycle`` or node autoscaling, which read every cycle's decisions."""
         self.variant = variant
         self.policy: PolicySpec = variant.policy
         self.index = PolicyIndex(self.policy)
@@ -213,6 +217,7 @@ class Simulation:
         self.accounts = SimAccounts(self.policy, on_event)
         self.on_cycle = on_cycle
         self.on_node = on_node
+        self.state.record_quiet = repeat_quiet_cycles and on_cycle is None and self.scaler is None
         self._trace_jobs = len({job.id for job in trace.jobs})
         """Jobs to finish (the trace's jobs are keyed by id)."""
         self._cycle_queued = False
@@ -519,16 +524,24 @@ class Simulation:
         self.meters.cycles += 1
         waits = self.pending_waits
         load = None if waits is None else waits.signals
-        result = run_cycle(self.state, now, [r.workload for r in self.jobs.pending.values()], load)
-        if self.on_cycle is not None:
-            self.on_cycle(now, result)
-        self._apply(result, now)
+        pending = [r.workload for r in self.jobs.pending.values()]
+        repeated = repeat_quietly(self.state, now, pending, load) if self.state.record_quiet else None
+        if repeated is not None:  # the last cycle's decisions hold: only the new work's waits are news
+            self.meters.decisions += len(pending)
+            records = self.jobs.records
+            for workload_id, code in repeated:
+                self._waits_for(records[workload_id], code.value, now)
+        else:
+            result = run_cycle(self.state, now, pending, load)
+            if self.on_cycle is not None:
+                self.on_cycle(now, result)
+            self._apply(result, now)
+            if self.keep_reservations:
+                self._remember_reservations(result)
+            if self.scaler is not None:
+                self._last_decided = result.decided
         if waits is not None:  # what stays pending waits until the next cycle
             waits.observe(now, (now - r.job.submit_s - r.run_s for r in self.jobs.pending.values()))
-        if self.keep_reservations:
-            self._remember_reservations(result)
-        if self.scaler is not None:
-            self._last_decided = result.decided
 
     def _apply(self, result: CycleResult, now: float) -> None:
         """The cycle's decisions: new wait reasons and preemptions first, then the admitted runs start."""

@@ -1,0 +1,141 @@
+"""Cycles answered from the last one (``scheduler.repeat``): a replay that skips them must be the replay that runs
+every cycle, job by job and event by event, for every policy variant and for the options whose decisions move with
+the clock (the starvation guard, yielding runs, minimum runtimes, attained-service levels, moves limited by a wait).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpuplane.sim.engine as engine
+from gpuplane.model.events import SchedulingEvent
+from gpuplane.policy import parse_policy
+from gpuplane.scheduler.repeat import repeat_quietly
+from gpuplane.sim.engine import Simulation
+from gpuplane.sim.setup import size_cluster
+from gpuplane.sim.trace import Trace, TraceJob, TraceReport
+from gpuplane.sim.variants import VARIANTS, make_variant
+
+TEAMS = ("a", "b", "c")
+
+
+def _policy(scheduling: dict[str, Any]) -> Any:
+    doc = {
+        "gpu_models": [{"name": "v100", "memory_gib": 32}],
+        "pools": [{"name": "gpu", "gpu_model": "v100", "gpus_per_node": 8, "max_nodes": 4, "price_per_node_hour": 16}],
+        "teams": [
+            {"name": team, "cohort": "c", "pools": ["gpu"], "quotas": {"v100": {"nominal": nominal}}}
+            for team, nominal in zip(TEAMS, (16, 8, 8), strict=True)
+        ],
+        "priorities": [{"name": "normal", "value": 100}],
+        "default_priority": "normal",
+        "scheduling": scheduling,
+    }
+    return parse_policy(yaml.safe_dump(doc), "test.yaml")
+
+
+SCHEDULING = [
+    {},
+    {"starvation_guard_hours": 0.5, "starvation_guard_preempts_borrowed": True},
+    {
+        "service_levels": {
+            "thresholds_gpu_hours": [0.5, 4],
+            "preempt_within_queue": True,
+            "preempt_borrowed": True,
+            "preempt_nominal_from_level": 2,
+            "nominal_yield_wait_per_runtime": 0.5,
+        },
+        "preemption": {"min_runtime_s": 600},
+    },
+    {"defragmentation": {"enabled": True}, "preemption": {"reclaim_min_runtime_s": 900}},
+]
+
+jobs_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(TEAMS),
+        st.sampled_from([1, 1, 2, 4, 8, 16]),
+        st.integers(0, 40),  # arrival, in minutes: bursts share a minute
+        st.sampled_from([120.0, 900.0, 3600.0, 7200.0, 20000.0]),
+    ),
+    min_size=5,
+    max_size=40,
+)
+
+
+def _trace(jobs: list[tuple[str, int, int, float]]) -> Trace:
+    made = [
+        TraceJob(f"j{i:02d}", team, float(minute * 60), duration, gpus)
+        for i, (team, gpus, minute, duration) in enumerate(jobs)
+    ]
+    made.sort(key=lambda j: (j.submit_s, j.id))
+    return Trace(made, TraceReport("test", "<memory>", len(made)))
+
+
+def _replay(variant: str, scheduling: dict[str, Any], trace: Trace, repeat: bool) -> tuple[Any, list[Any]]:
+    cluster = size_cluster(_policy(scheduling), trace, 16)
+    events: list[SchedulingEvent] = []
+    result = Simulation(
+        make_variant(variant, cluster.policy), cluster.nodes, trace, on_event=events.append, repeat_quiet_cycles=repeat
+    ).run()
+    jobs = sorted(
+        (r.job.id, r.first_start, r.end, r.run_s, r.lost_s, r.preemptions, r.wait_code) for r in result.records
+    )
+    # the events of one cycle may come in another order: one-by-one decisions and settled waits are applied apart
+    per_time = [
+        sorted(json.dumps(e.to_dict(), sort_keys=True) for e in group)
+        for _, group in itertools.groupby(events, key=lambda e: e.time)
+    ]
+    return (jobs, result.cycles, result.decisions, result.allocated_gpu_s), per_time
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    jobs=jobs_strategy,
+    variant=st.sampled_from(VARIANTS),
+    scheduling=st.sampled_from(SCHEDULING),
+)
+def test_a_replay_that_repeats_quiet_cycles_is_the_replay_that_runs_them(
+    jobs: list[tuple[str, int, int, float]], variant: str, scheduling: dict[str, Any]
+) -> None:
+    trace = _trace(jobs)
+    assert _replay(variant, scheduling, trace, True) == _replay(variant, scheduling, trace, False)
+
+
+def test_quiet_cycles_are_repeated_on_a_busy_trace(monkeypatch: Any) -> None:
+    """The comparison above is not of two replays that both run every cycle: bursts of arrivals that only wait
+    for their quota are answered from the last cycle (the gpuplane policy with its guard and levels)."""
+    repeated: list[bool] = []
+
+    def counted(*args: Any) -> Any:
+        answer = repeat_quietly(*args)
+        repeated.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(engine, "repeat_quietly", counted)
+    jobs = [(TEAMS[i % 3], [8, 16, 4, 8][i % 4], i // 3, [20000.0, 7200.0, 3600.0][i % 3]) for i in range(40)]
+    trace = _trace(jobs)
+    _replay("gpuplane", SCHEDULING[2], trace, True)
+    assert sum(repeated) >= 5, f"{sum(repeated)} of {len(repeated)} cycles repeated"
+
+
+def test_a_promotion_due_between_two_quiet_cycles_is_not_repeated_over() -> None:
+    """Team b borrows the whole cluster with a long run; c's job waits for the cohort's quota until the
+    starvation guard promotes it (after 30 min), when it may take the borrowed run. Jobs that only wait keep
+    arriving around that time: the cycles after the promotion must not be answered from the one before it."""
+    scheduling = {
+        "starvation_guard_hours": 0.5,
+        "starvation_guard_preempts_borrowed": True,
+        "service_levels": {"thresholds_gpu_hours": [1]},
+    }
+    jobs = [("b", 16, 0, 20000.0), ("c", 8, 1, 3600.0)] + [("c", 8, minute, 3600.0) for minute in range(25, 40)]
+    trace = _trace(jobs)
+    repeated, ran = _replay("gpuplane", scheduling, trace, True), _replay("gpuplane", scheduling, trace, False)
+    assert repeated == ran
+    starts = {job: start for job, start, *_ in ran[0][0]}
+    assert starts["j01"] is not None and starts["j01"] < 20000.0, "the promoted job took the borrowed run"
