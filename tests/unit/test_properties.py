@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from gpuplane.model import ClusterSnapshot, DecisionKind, PodSet, ReasonCode, RunningWorkload, TopologyMode, Workload
 from gpuplane.scheduler import PolicyIndex, schedule
+from gpuplane.scheduler.clearing import ClearingCosts
 from gpuplane.scheduler.cycle import run_cycle
 from gpuplane.scheduler.resolve import resolve
 from gpuplane.scheduler.state import CycleState
@@ -286,6 +287,21 @@ def test_invariants_hold_over_many_cycles(data):
         now += data.draw(st.integers(1, 3600))
 
 
+def assert_counts_as_costed(state: CycleState) -> None:
+    """Each clearing-cost filter the cycle kept, its pod count brought up to date from the nodes the cycle changed
+    (``ClearingCosts.count``, which ranks no victim), counts the pods the full costing of every node counts now."""
+    victims = state._victims
+    if victims is None:
+        return
+    for costs in victims.clearing.values():
+        costs.count(state.cap, victims)
+        counted = ClearingCosts(costs.nodes, costs.need, costs.groups, costs.spares)
+        counted.count(state.cap, victims)
+        fresh = ClearingCosts(costs.nodes, costs.need, costs.groups, costs.spares)
+        fresh.refresh(state.cap, victims)
+        assert costs.pods == counted.pods == fresh.pods
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_incremental_cycle_decides_as_the_full_cycle_under_preemption_storms(data):
@@ -310,6 +326,7 @@ def test_incremental_cycle_decides_as_the_full_cycle_under_preemption_storms(dat
         assert one_by_one.decisions == result.decisions
         assert_settled_as_one_by_one(result, one_by_one)
         assert run_cycle(kept, now, pending).decisions == result.decisions
+        assert_counts_as_costed(kept)
         assert run_cycle(reference, now, pending).decisions == result.decisions
         running_by_id = {r.workload.id: r for r in running}
         pending_by_id = {w.id: w for w in pending}

@@ -221,7 +221,9 @@ def _candidates(st: CycleState, r: Resolved, option: FlavorOption, sources: dict
 
 
 def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str, _Source]) -> ClearingCosts:
-    """The per-node clearing costs of ``r``'s victim filter for one of its pods (``scheduler.clearing``), up to date.
+    """The per-node clearing costs of ``r``'s victim filter for one of its pods (``scheduler.clearing``), with the
+    count of pods the nodes could hold once cleared up to date (the costs themselves are brought up to date when a
+    search walks them: ``_cheapest_nodes_first``).
 
     Kept per victim filter for the rest of the cycle (shared by filters that take the same groups of work and spare
     nothing one by one) and updated where admissions and evictions changed a node.
@@ -242,7 +244,7 @@ def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: 
     if costs is None:
         in_pools = set(pools)
         node_pool = st.cap.node_pool
-        by_node = victims.by_node
+        on_node = victims.on_node
         groups = [
             flavor == option.flavor and queue in sources and sources[queue].accept(standing)
             for queue, flavor, standing in victims.groups
@@ -256,13 +258,13 @@ def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: 
             for group, taken in enumerate(groups):
                 if taken:
                     holding |= victims.group_nodes[group]
-            nodes = [node for node in holding if node in by_node and node_pool[node] in in_pools]
+            nodes = [node for node in holding if node in on_node and node_pool[node] in in_pools]
             costs = ClearingCosts(nodes, r.gpus_per_pod, groups, spares)
             if st.incremental and alike is not None:
                 victims.clearing[alike] = costs
         if st.incremental:
             victims.clearing[signature] = costs
-    costs.refresh(st.cap, victims)
+    costs.count(st.cap, victims)
     return costs
 
 
@@ -294,6 +296,7 @@ def _cheapest_nodes_first(
     In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
     node is whole, and the victims it spares afterwards are not the cheapest whole nodes.
     """
+    costs.refresh(st.cap, st.victims)
     first: set[str] = set()
     for e in costs.first():
         first.add(e.id)

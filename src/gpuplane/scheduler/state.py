@@ -159,8 +159,9 @@ class CycleState:
             flavor = index.pools[node.pool].flavor
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         self._victims: VictimIndex | None = None
-        self._previous_victims: VictimIndex | None = None
-        """The last index dropped, whose per-queue victim sums the next one takes over where they still hold."""
+        self._previous_sums: VictimSums | None = None
+        """The victim sums of the last index dropped (not the index: it holds every node's victims), which the next
+        one takes over where they still hold (``VictimIndex.inherit_sums``)."""
         self.sources: tuple[int, dict[tuple[object, ...], Any]] = (-1, {})
         """Preemption sources found while the same queues borrow (``QuotaLedger.borrow_version``;
         ``preemption._sources``)."""
@@ -289,7 +290,7 @@ class CycleState:
     def _drop_victims(self) -> None:
         """The victim index no longer holds: the next cycle that needs one builds it anew (``victims``)."""
         if self._victims is not None:
-            self._previous_victims = self._victims
+            self._previous_sums = self._victims.sums()
             self._victims = None
 
     @property
@@ -319,9 +320,9 @@ class CycleState:
             self._victims.incremental = self.incremental
             self._victims.built_at = self.changes
             self._victims.every_run = len(entries) == len(self.running)
-            if self.incremental and self._previous_victims is not None:
-                self._victims.inherit_sums(self._previous_victims)
-            self._previous_victims = None
+            if self.incremental and self._previous_sums is not None:
+                self._victims.inherit_sums(self._previous_sums)
+            self._previous_sums = None
         return self._victims
 
     def keep_refused(self, refused: set[tuple[object, ...]]) -> None:
@@ -517,6 +518,10 @@ def victim_rank(entry: RunEntry, now: float, level: int = 0, by_wait: bool = Fal
     return (tier, -level, entry.waited_s if by_wait else 0.0, entry.lost_work_s(now), -entry.start, entry.id)
 
 
+VictimSums = tuple[dict[tuple[str, str], dict["Standing", int]], dict[tuple[str, str], dict[tuple[object, ...], int]]]
+"""An index's milli-GPUs per (queue, flavor) and standing, and its victim sums per (queue, flavor) and rule."""
+
+
 class Standing(NamedTuple):
     """What decides whether running work may be a victim: its tier, its attained-service level, and whether
     it is spared at its own tier (it started after the starvation guard promoted it, or it has run less than
@@ -622,8 +627,10 @@ class VictimIndex:
         self.groups: list[tuple[str, str, Standing]] = []
         """Every (queue, flavor, standing) of indexed work; a victim filter accepts or refuses whole groups."""
         self.group_nodes: list[set[int]] = []
-        """The nodes each group's work runs on (with ``groups``, built with ``by_node``)."""
+        """The nodes each group's work runs on (with ``groups``, built with ``on_node``)."""
         self._by_node: dict[int, list[NodeVictim]] | None = None
+        self._on_node: dict[int, list[tuple[RunEntry, int, int]]] | None = None
+        self._group_of: dict[tuple[str, str, Standing], int] = {}
         self.touched: list[int] = []
         """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
         the clearing costs of ``clearing`` are brought up to date from it."""
@@ -697,19 +704,26 @@ class VictimIndex:
         self._now = now
         self._ranked = {}
         self._by_node = None
+        self._on_node = None
+        self._group_of = {}
         self.groups = []
         self.group_nodes = []
         self.touched = []
         self.clearing = {}
         return True
 
-    def inherit_sums(self, previous: VictimIndex) -> None:
-        """Take over ``previous``'s victim sums (``milli_where``) of every queue and flavor whose work holds the same
-        milli-GPUs per standing in both: a sum reads nothing else, so only the queues whose runs started, ended or
-        changed standing since are summed again (in a saturated cluster, a few of many)."""
-        for key, sums in previous._milli_sums.items():
+    def sums(self) -> VictimSums:
+        """The GPUs per standing and the victim sums per queue and flavor, for the next index (``inherit_sums``)."""
+        return self.milli, self._milli_sums
+
+    def inherit_sums(self, previous: VictimSums) -> None:
+        """Take over the victim sums (``milli_where``) of a previous index (``sums``) for every queue and flavor whose
+        work holds the same milli-GPUs per standing in both: a sum reads nothing else, so only the queues whose runs
+        started, ended or changed standing since are summed again (in a saturated cluster, a few of many)."""
+        milli, sums_of = previous
+        for key, sums in sums_of.items():
             held = self.milli.get(key)
-            if held is not None and held == previous.milli.get(key):
+            if held is not None and held == milli.get(key):
                 self._milli_sums[key] = dict(sums)
 
     def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
@@ -734,19 +748,39 @@ class VictimIndex:
         return [ranked for standing, ranked in self.ranked((queue, flavor)).items() if accept(standing)]
 
     @property
+    def on_node(self) -> dict[int, list[tuple[RunEntry, int, int]]]:
+        """Per node, the indexed work on it in no particular order, each with the GPUs it holds there and its group
+        (an index into ``groups``, which this builds with ``group_nodes``): what a count of the nodes a filter could
+        clear reads, without ranking any victim (``ClearingCosts.count``)."""
+        if self._on_node is None:
+            on_node: dict[int, list[tuple[RunEntry, int, int]]] = {}
+            for (queue, flavor), by_standing in self.members.items():
+                for standing, entries in by_standing.items():
+                    group = len(self.groups)
+                    self.groups.append((queue, flavor, standing))
+                    self._group_of[(queue, flavor, standing)] = group
+                    nodes: set[int] = set()
+                    self.group_nodes.append(nodes)
+                    for e in entries:
+                        for node in {slot[0] for slot in e.slots}:
+                            nodes.add(node)
+                            gpus = sum(len(g) for n, g, _ in e.slots if n == node)
+                            on_node.setdefault(node, []).append((e, gpus, group))
+            self._on_node = on_node
+        return self._on_node
+
+    @property
     def by_node(self) -> dict[int, list[NodeVictim]]:
-        """Per node, the indexed work on it in victim order, each with the GPUs it holds there and its group
-        (an index into ``groups``), built when first needed."""
+        """Per node, the indexed work on it in victim order, each with its rank, the GPUs it holds there and its
+        group (an index into ``groups``), built when first needed."""
         if self._by_node is None:
+            _ = self.on_node  # numbers the groups
+            group_of = self._group_of
             by_node: dict[int, list[NodeVictim]] = {}
             for queue, flavor in self.members:
                 for standing, ranked in self.ranked((queue, flavor)).items():
-                    group = len(self.groups)
-                    self.groups.append((queue, flavor, standing))
-                    nodes: set[int] = set()
-                    self.group_nodes.append(nodes)
+                    group = group_of[(queue, flavor, standing)]
                     for rank, e in ranked:
-                        nodes.update(slot[0] for slot in e.slots)
                         for node in {slot[0] for slot in e.slots}:
                             gpus = sum(len(g) for n, g, _ in e.slots if n == node)
                             by_node.setdefault(node, []).append((rank, e, gpus, group))
