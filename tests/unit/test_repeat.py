@@ -1,6 +1,6 @@
 """Cycles answered from the last one (``scheduler.repeat``): a replay that skips them must be the replay that runs
 every cycle, job by job and event by event, for every policy variant and for the options whose decisions move with
-the clock (the starvation guard, yielding runs, minimum runtimes, attained-service levels, moves limited by a wait).
+the clock (the starvation guard, yielding runs, minimum runtimes, attained-service levels, moves of runs).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ SCHEDULING = [
         "preemption": {"min_runtime_s": 600},
     },
     {"defragmentation": {"enabled": True}, "preemption": {"reclaim_min_runtime_s": 900}},
+    {"defragmentation": {"enabled": True, "min_run_age_per_wait": 0}, "preemption": {"min_runtime_s": 600}},
 ]
 
 jobs_strategy = st.lists(

@@ -232,9 +232,10 @@ class _Cycle:
         """One workload per (preemption key, pods) whose search this cycle found refused at its cheap tests: a
         repeat of the cycle after a victim's standing changed tests them again (``scheduler.repeat``)."""
         self.walks = state.search_walks
-        self.defrag_by_wait = False
-        """Whether a move limited by the waiting pod's age was looked at (``min_run_age_per_wait``): its outcome
-        reads the pod's wait, so the cycle is not repeated (``_record_quiet``)."""
+        self.defrag_looked = False
+        """Whether a move of runs was looked at: with ``min_run_age_per_wait`` its outcome reads the pod's wait, so
+        the cycle is not repeated; without, it is repeated only while no victim's standing changes, as after a
+        search that walked victims (``_record_quiet``)."""
         self.admissions = 0
         self.changes = 0
         """Admissions and reservations made so far (``_changed``)."""
@@ -396,7 +397,7 @@ class _Cycle:
             self.mode == "strict"
             or self.spare_longer_waiting
             or self.search_bound is not None
-            or self.defrag_by_wait
+            or (self.defrag_looked and self.min_run_age_per_wait > 0)
             or not st.incremental
             or st.reservations
             or any(d.kind is not DecisionKind.WAIT for d in self.decisions)
@@ -404,7 +405,7 @@ class _Cycle:
             return
         guard = st.guard_s
         promoted_at = next_promote + guard if guard is not None else math.inf
-        walked = st.search_walks != self.walks
+        walked = st.search_walks != self.walks or self.defrag_looked
         st.quiet = QuietRecord(
             st.changes,
             guard,
@@ -508,7 +509,7 @@ class _Cycle:
         code = result.code
         assert code is not None
         defrag = self.moved_gpus_per_gpu is not None and code is ReasonCode.INSUFFICIENT_CAPACITY
-        self.defrag_by_wait = self.defrag_by_wait or (defrag and self.min_run_age_per_wait > 0)
+        self.defrag_looked = self.defrag_looked or defrag
         if defrag and self.defrag_memo.get(_defrag_key(r, self._min_run_age(r))) != self.admissions:
             return None
         searched = False  # whether deciding it would run (and remember) a failing preemption search
@@ -533,8 +534,8 @@ class _Cycle:
 
     def _refused_at_once(self, r: Resolved) -> bool:
         """Whether ``r``'s preemption search fails at its cheap tests (``preemption.refused_at_once``), remembered
-        in ``refused`` until the next admission; the shapes refused at the end of the last cycle count while the
-        state has not changed since."""
+        in ``refused`` until an admission that may change it; the shapes refused at the end of the last cycle count
+        while the state has not changed since."""
         if self._known_refused(r) or refused_at_once(self.st, r):
             self.refusals.setdefault((r.preemption_key, r.required), r)
             refused = self.refused.get(r.queue.name)
@@ -784,7 +785,7 @@ class _Cycle:
         """Admit ``r`` now by moving small runs off the nodes it needs (``scheduler.defragment``): each moved run
         gets a PREEMPT (``preempted_to_defragment``) and an ADMIT at its new place, then ``r`` its ADMIT."""
         assert self.moved_gpus_per_gpu is not None
-        self.defrag_by_wait = self.defrag_by_wait or self.min_run_age_per_wait > 0
+        self.defrag_looked = True
         min_age = self._min_run_age(r)
         key = _defrag_key(r, min_age)
         if self.defrag_memo.get(key) == self.admissions:

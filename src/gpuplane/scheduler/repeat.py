@@ -9,7 +9,8 @@ now, whatever its place in the heap, since deciding it changes nothing. ``repeat
 or None when the cycle must run. The cycle itself records what it takes (``state.QuietRecord``) when the runtime asks
 for it (``CycleState.record_quiet``); rules whose decisions read each workload's wait (``spare_longer_waiting``,
 moves limited by the waiting pod's age), strict mode (a new head blocks its queue) and bounded preemption searches
-never record one.
+never record one, and a cycle whose failing search walked victims or that looked at moving runs is repeated only
+while no victim's standing has changed.
 """
 
 from __future__ import annotations
