@@ -52,7 +52,7 @@ class ClearingCosts:
         self.pods = 0
         """How many pods of ``need`` GPUs the costed nodes hold once cleared (each its GPUs over ``need``)."""
         self.clearable: set[int] = set()
-        """The nodes ``pods`` counts: those a pod does not fit yet whose allowed victims could free enough."""
+        """The nodes ``count`` counts in ``pods`` (once the costs are built, ``keys`` names them)."""
         self.counted = False
         self.seen_count = 0
 
@@ -101,12 +101,11 @@ class ClearingCosts:
         by_node = victims.by_node
         pools, node_pool, need = cap.pools, cap.node_pool, self.need
         if not self.built:
-            self.pods, self.clearable = 0, set()
+            self.pods = 0
             for node in self.nodes:
                 key = self._cost(cap, node, by_node[node])
                 if key is not None:
                     self.order.append(key)
-                    self.clearable.add(node)
                     self.pods += pools[node_pool[node]].gpus_per_node // need
             self.order.sort()
             self.built = True
@@ -118,12 +117,10 @@ class ClearingCosts:
                 if old is not None:
                     del self.order[bisect_left(self.order, old)]
                     del self.taken[node]
-                    self.clearable.discard(node)
                     self.pods -= per_node
                 key = self._cost(cap, node, by_node[node])
                 if key is not None:
                     insort(self.order, key)
-                    self.clearable.add(node)
                     self.pods += per_node
         self.seen = len(victims.touched)
 

@@ -399,8 +399,7 @@ class _Cycle:
             or self.search_bound is not None
             or (self.defrag_looked and self.min_run_age_per_wait > 0)
             or not st.incremental
-            or st.reservations
-            or any(d.kind is not DecisionKind.WAIT for d in self.decisions)
+            or self.changes  # admissions (with their preemptions and moves) and reservations
         ):
             return
         guard = st.guard_s

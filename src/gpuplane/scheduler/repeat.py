@@ -57,7 +57,6 @@ def repeat_quietly(
     index = state.index
     preemption = index.policy.scheduling.preemption.enabled
     keep = index.policy.scheduling.backfill.keep_reservations
-    guard = state.guard_s
     until = quiet.until
     fair, levels_first = index.policy.scheduling.fair_sharing, index.levels_across_queues
     waits: list[tuple[HeapKey, str, ReasonCode]] = []
@@ -69,10 +68,10 @@ def repeat_quietly(
             return None
         if r.promoted or (keep and w.reserved_before) or (r.yields and r.yield_until <= now):
             return None
-        if guard is not None:
-            if r.promote_base + guard <= now:
-                return None
-            until = min(until, r.promote_base + guard)
+        promoted_at = state.promote_at(r)
+        if promoted_at <= now:
+            return None
+        until = min(until, promoted_at)
         if r.yields:
             until = min(until, r.yield_until)
         share = state.ledger.dominant_share(r.queue, state.flavor_capacity) if fair else 0.0

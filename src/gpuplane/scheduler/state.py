@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpuplane.model.cluster import Node
@@ -630,7 +631,6 @@ class VictimIndex:
         """The nodes each group's work runs on (with ``groups``, built with ``on_node``)."""
         self._by_node: dict[int, list[NodeVictim]] | None = None
         self._on_node: dict[int, list[tuple[RunEntry, int, int]]] | None = None
-        self._group_of: dict[tuple[str, str, Standing], int] = {}
         self.touched: list[int] = []
         """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
         the clearing costs of ``clearing`` are brought up to date from it."""
@@ -705,7 +705,6 @@ class VictimIndex:
         self._ranked = {}
         self._by_node = None
         self._on_node = None
-        self._group_of = {}
         self.groups = []
         self.group_nodes = []
         self.touched = []
@@ -758,7 +757,6 @@ class VictimIndex:
                 for standing, entries in by_standing.items():
                     group = len(self.groups)
                     self.groups.append((queue, flavor, standing))
-                    self._group_of[(queue, flavor, standing)] = group
                     nodes: set[int] = set()
                     self.group_nodes.append(nodes)
                     for e in entries:
@@ -771,22 +769,13 @@ class VictimIndex:
 
     @property
     def by_node(self) -> dict[int, list[NodeVictim]]:
-        """Per node, the indexed work on it in victim order, each with its rank, the GPUs it holds there and its
-        group (an index into ``groups``), built when first needed."""
+        """Per node, ``on_node``'s work in victim order, each with its rank, built when first needed."""
         if self._by_node is None:
-            _ = self.on_node  # numbers the groups
-            group_of = self._group_of
-            by_node: dict[int, list[NodeVictim]] = {}
-            for queue, flavor in self.members:
-                for standing, ranked in self.ranked((queue, flavor)).items():
-                    group = group_of[(queue, flavor, standing)]
-                    for rank, e in ranked:
-                        for node in {slot[0] for slot in e.slots}:
-                            gpus = sum(len(g) for n, g, _ in e.slots if n == node)
-                            by_node.setdefault(node, []).append((rank, e, gpus, group))
-            for entries in by_node.values():
-                entries.sort(key=lambda item: item[0])
-            self._by_node = by_node
+            rank_of = {e.id: rank for key in self.members for ranked in self.ranked(key).values() for rank, e in ranked}
+            self._by_node = {
+                node: sorted(((rank_of[e.id], e, gpus, group) for e, gpus, group in entries), key=itemgetter(0))
+                for node, entries in self.on_node.items()
+            }
         return self._by_node
 
     def touch(self, slots: Iterable[PodSlot]) -> None:
