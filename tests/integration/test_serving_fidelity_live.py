@@ -13,11 +13,21 @@ Stated tolerances, and why:
   interval, so the live count lags by up to ~5 s and may stop one replica short or over;
 - ready replica-seconds within 30 %: the same lag, at both steps of a 65 s trace;
 - share of requests within the SLO latency within 5 points. The live latency is measured by the client
-  through the API server and the gateway's HTTP hop to the replica, whose HTTP handling also holds the
-  replica a little longer than the request's service time; the simulator is given that overhead, read
-  from the run itself as the 10th percentile of latency less the request's service time (requests that
-  did not wait), on every request's slot time. The live plane also cancels a replica on scale-down (its
-  requests in flight fail) where the simulator drains it: failed requests count as over the SLO.
+  through the API server and the gateway's HTTP hop to the replica; those hops add to every request's
+  latency but do not hold the replica's slot (the replica's semaphore covers only the handler's call, its
+  HTTP server reads and writes on threads of their own). The simulator is given that overhead, read from
+  the run itself as the 10th percentile of latency less the request's service time (requests that did not
+  wait), as a shorter SLO latency, and the requests' own service times as slot times. (Adding it to the
+  slot times instead made one replica's queue grow faster than the live one's: the simulated attainment
+  ran 2-5 points under the live, which crossed the tolerance once in CI.) The live plane also cancels a
+  replica on scale-down (its requests in flight fail) where the simulator drains it: failed requests count
+  as over the SLO.
+
+Both sides decide once per ``metrics_interval_s`` and read the first seconds' rate over the time counted so
+far (the live gateway did neither before 2026-12-07, so a steady load read as a ramp from zero after the
+deploy and the autoscaler's trend scaled up 1-2 s early in most live runs). The replica startup given to the
+simulator is the median of the live run's scale-ups (later replicas start slower on a busy machine), and the
+simulated autoscaler keeps the declared ``replica_startup_s`` for its lookahead, as the live one does.
 """
 
 from __future__ import annotations
@@ -124,14 +134,14 @@ def _replay(api: str, arrival: np.ndarray, service_s: np.ndarray) -> tuple[list[
 
 
 def _startup_s(timeline: list[Any]) -> float:
-    """Mean seconds from a rise of the desired count to the ready count reaching it."""
+    """Median seconds from a rise of the desired count to the ready count reaching it."""
     delays = []
     for i, (t, _, desired) in enumerate(timeline[1:], start=1):
         if desired > timeline[i - 1][2]:
             reached = next((u for u, ready, _ in timeline[i:] if ready >= desired), None)
             if reached is not None:
                 delays.append(reached - t)
-    return float(np.mean(delays)) if delays else 1.0
+    return float(np.median(delays)) if delays else 1.0
 
 
 def _ready_per_second(timeline: list[Any], seconds: int) -> np.ndarray:
@@ -156,7 +166,8 @@ def test_the_simulator_predicts_the_live_planes_replica_counts_and_attainment(ap
     startup = _startup_s(timeline)
 
     policy = load_policy(POLICY)
-    spec = ServiceSpec.model_validate(SERVICE)
+    slo = {**SERVICE["slo"], "latency_ms": 1000 * (slo_s - overhead)}  # type: ignore[dict-item]
+    spec = ServiceSpec.model_validate({**SERVICE, "slo": slo})
     policy = policy.model_copy(update={"services": [spec]})
     trace = ServingTrace(
         "fid",
@@ -164,11 +175,11 @@ def test_the_simulator_predicts_the_live_planes_replica_counts_and_attainment(ap
         0.0,
         np.array([]),
         arrival,
-        np.round((service_s + overhead) * PREFILL_TOKENS_PER_S),
+        np.round(service_s * PREFILL_TOKENS_PER_S),
         np.zeros(arrival.size),
         token_source="requests",
     )
-    simulated = compare_serving(policy, "fid", trace, ("gpuplane",), replica_startup_s=startup, replica_model="router")
+    simulated = compare_serving(policy, "fid", trace, ("gpuplane",), replica_model="router", measured_startup_s=startup)
     run = simulated.runs["gpuplane"]
     sim_met = simulated.figures["gpuplane"]["slo_attainment"]
     seconds = run.ready.size

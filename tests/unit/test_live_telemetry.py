@@ -20,6 +20,7 @@ from gpuplane.live.ports import ClusterNode, RunPhase, RunStatus
 from gpuplane.live.records import JobRecord, JobState
 from gpuplane.live.services import ServiceManager
 from gpuplane.live.store import Store
+from gpuplane.policy.schema_serving import ServiceSpec
 from gpuplane.telemetry.nvml import NvmlTelemetry
 from tests.unit.test_live_control import POLICY, Clock, FakeEngine, FakeNodes
 from tests.unit.test_telemetry import fake_nvml
@@ -174,6 +175,9 @@ def one_ready_replica(tmp_path: Path, source: HostTelemetry | None) -> tuple[Ser
     run(cp, engine, replica.id, ["2"])
     if telemetry is not None:
         telemetry.tick()
+    clock = cp.clock
+    assert isinstance(clock, Clock)
+    clock.now += ServiceSpec.model_validate(HEADROOM_SERVICE).autoscaling.metrics_interval_s
     services.tick()
     return services, cp
 
@@ -193,6 +197,31 @@ def test_a_service_short_of_gpu_memory_headroom_gets_replicas_from_nvml_readings
     assert samples(cp.metrics, "gpuplane_inference_gpu_memory_used_ratio") == {
         (("service", "chat"), ("source", "nvml")): pytest.approx(0.95)
     }
+
+
+def test_the_autoscaler_reads_its_signals_once_per_metrics_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ticks between two reads keep the last decision, as KEDA polls and the simulator decides: the live plane's
+    0.2 s ticks must not make the window means and trends see another cadence than the policy's."""
+    use_nvml(monkeypatch, nvml_reading([0, 0, 76, 0], [0, 0, 50, 0]))
+    engine = ServingEngine()
+    cp = control_plane(tmp_path, engine)
+    assert cp.metrics is not None and isinstance(cp.clock, Clock)
+    telemetry = LiveTelemetry(cp, HostTelemetry(load_policy(str(POLICY))), 2.0, Clock())
+    services = ServiceManager(cp, cp.metrics, telemetry)
+    services.deploy(dict(HEADROOM_SERVICE), "serving")
+    services.tick()
+    (replica,) = services.replicas("chat")
+    run(cp, engine, replica.id, ["2"])
+    telemetry.tick()
+    interval = ServiceSpec.model_validate(HEADROOM_SERVICE).autoscaling.metrics_interval_s
+    cp.clock.now += interval - 1
+    services.tick()
+    assert services.services["chat"].desired_replicas == 1, "read before the interval ended"
+    cp.clock.now += 1
+    services.tick()
+    assert services.services["chat"].desired_replicas == 2
 
 
 @pytest.mark.parametrize("source", ["virtual", "off"])

@@ -10,7 +10,9 @@ in-flight counts break differently: which replica a given request went to agrees
 requests (one different tie changes every later choice), so the test compares what an SLO sees. Measured
 here on two seeds: attainment 76.7 / 73.3 % live against 80.0 / 76.0 % simulated, mean latency 183 / 184
 ms against 173 / 171 ms. Tolerances: attainment within 5 points, mean and p90 latency within 15 %, each
-replica's share of the requests within 10 points.
+replica's share of the requests within 10 points. The live half runs with the garbage collector off: under
+pytest a full collection pauses the event loop for tens of milliseconds, which is the test process's noise, not
+the gateway's (attainment 69-76 % live with it on, 76-77 % off).
 
 What this does not cover (docs/autoscaling.md, "Fidelity"): a Ray cluster, replica startup, and the
 autoscaler's decisions on the live plane's 10-second measurement window; the live plane today reports no
@@ -20,6 +22,7 @@ mean slot time, so ``capacity_from_slo`` cannot run there.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from collections import defaultdict
@@ -100,9 +103,32 @@ def test_the_simulator_reads_the_request_rate_over_the_live_gateways_window():
     assert RATE_WINDOW_S == WINDOW_S
 
 
+def test_the_gateways_first_seconds_read_the_rate_over_the_time_it_counted(monkeypatch) -> None:
+    """As the simulator's first intervals do: over the whole window, a steady load after a deploy would read as
+    a ramp from zero, and the autoscaler's trend extends ramps into replicas."""
+    from gpuplane.live import services as live_services
+    from gpuplane.sim.serving_runs import RATE_WINDOW_S
+
+    clock = [100.0]
+    monkeypatch.setattr(live_services.time, "monotonic", lambda: clock[0])
+    gateway = Gateway(None, Metrics(load_policy(str(SERVING))))  # type: ignore[arg-type]
+    window = gateway._window("svc")
+    clock[0] += 2.0
+    window.arrivals.extend([100.5, 101.0, 101.5, 102.0])
+    assert gateway.measure("svc", 99)[0] == 2.0
+    clock[0] += RATE_WINDOW_S + 1
+    window.arrivals.extend([103.5 + k for k in range(10)])
+    assert gateway.measure("svc", 99)[0] == 10 / RATE_WINDOW_S, "a full window: over the window"
+
+
 def test_the_simulators_router_matches_the_live_gateway_on_the_same_trace():
     arrival, slot = _trace()
-    live_latency, live_replica = asyncio.run(_through_the_gateway(arrival, slot))
+    gc.collect()
+    gc.disable()
+    try:
+        live_latency, live_replica = asyncio.run(_through_the_gateway(arrival, slot))
+    finally:
+        gc.enable()
     sim_latency, sim_replica = _through_the_simulator(arrival, slot)
     live = np.array(live_latency)
     live_met, sim_met = float(np.mean(live <= SLO_S)), float(np.mean(sim_latency <= SLO_S))

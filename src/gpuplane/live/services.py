@@ -66,6 +66,8 @@ class _Window:
     service_s: dict[bool, deque[tuple[float, float]]] = field(default_factory=dict)
     """Per variant (True: the fallback), (when, seconds) of requests that found their replica idle."""
     fallback_served: int = 0
+    opened: float = 0.0
+    """When the gateway began to count the service's requests: the rate's window is no longer than that."""
 
 
 class Gateway:
@@ -88,7 +90,10 @@ class Gateway:
 
     def _window(self, service: str) -> _Window:
         with self._lock:
-            return self._windows.setdefault(service, _Window())
+            window = self._windows.get(service)
+            if window is None:
+                window = self._windows[service] = _Window(opened=time.monotonic())
+            return window
 
     async def forward(self, service: str, body: bytes) -> tuple[int, bytes]:
         """Send one request to the least busy ready replica; 503 with the reason when none is ready."""
@@ -137,14 +142,18 @@ class Gateway:
         return status, payload
 
     def measure(self, service: str, percentile: float) -> tuple[float, float | None, int]:
-        """Requests/s over the window, the latency at ``percentile`` (None without requests), requests in flight."""
+        """Requests/s over the window, the latency at ``percentile`` (None without requests), requests in flight.
+        Until the gateway has counted for a whole window the rate is over the time it has counted (at least a
+        second), as the simulator's is: over a full window the first seconds after a deploy or a restart would
+        read as a ramp from zero, which the autoscaler's trend would extend into replicas nobody asked for."""
         window = self._window(service)
-        horizon = time.monotonic() - WINDOW_S
+        now = time.monotonic()
+        horizon = now - WINDOW_S
         while window.arrivals and window.arrivals[0] < horizon:
             window.arrivals.popleft()
         while window.latencies and window.latencies[0][0] < horizon:
             window.latencies.popleft()
-        rps = len(window.arrivals) / WINDOW_S
+        rps = len(window.arrivals) / min(WINDOW_S, max(1.0, now - window.opened))
         latencies = sorted(lat for _, lat in window.latencies)
         latency = latencies[min(len(latencies) - 1, int(len(latencies) * percentile / 100.0))] if latencies else None
         return rps, latency, sum(window.in_flight.values())
@@ -200,6 +209,10 @@ class ServiceManager:
         self._judges: dict[str, CanaryJudge] = {}
         self._fallback_desired: dict[str, int] = {}
         """Per service with a fallback variant, the fallback replicas last decided."""
+        self._decided: dict[str, tuple[float, ReplicaDecision, ServiceSignals]] = {}
+        """Per service, when its autoscaler last decided, the decision and the signals it read."""
+        self._gauges: dict[str, ServiceGauges] = {}
+        """Per service, the replicas' GPU gauges its autoscaler last read."""
         self._lock = threading.Lock()
 
     def recover(self) -> int:
@@ -213,6 +226,7 @@ class ServiceManager:
         self.services[service.name] = service
         self._specs[service.name] = spec
         self._scalers[service.name] = ReplicaAutoscaler(spec)
+        self._decided.pop(service.name, None)
 
     def deploy(self, body: dict[str, Any], team: str | None) -> dict[str, Any]:
         """Deploy a service from ``body`` (a policy service spec, or the name of one in the policy, plus
@@ -300,7 +314,7 @@ class ServiceManager:
         """Measure, decide each service's replica count, and return the intents that add or cancel replica jobs
         to match (and record the service's changes); nothing is written here."""
         now = self.control.clock()
-        gpu_signals: dict[str, ServiceGauges] = {}
+        gpu_signals = self._gauges
         intents: list[ServiceIntent] = []
         for name, service in list(self.services.items()):
             replicas = self.replicas(name)
@@ -312,8 +326,7 @@ class ServiceManager:
             if service.state is ServiceState.DELETING:
                 intents += self._wind_down(service, replicas, now)
                 continue
-            signals = self._signals(name, urls, own_jobs, fallback_jobs, now, gpu_signals)
-            decision = self._scalers[name].decide(signals)
+            decision, signals = self._decision(name, spec, urls, own_jobs, fallback_jobs, now, gpu_signals)
             desired = decision.desired if service.manual_replicas is None else service.manual_replicas
             self.metrics.inference_desired.labels(name).set(desired)
             live = [j for j in own_jobs if j.state is not JobState.CANCELLING]
@@ -322,8 +335,32 @@ class ServiceManager:
                 intents.append(self._rescale(service, decision, desired, len(live), signals))
             intents += self._judge_canary(service, spec, now)
             intents += self._match(service, live, desired, now)
+        for gone in set(gpu_signals) - set(self.services):
+            del gpu_signals[gone]
         self.metrics.observe_service_gpus(gpu_signals)
         return intents
+
+    def _decision(
+        self,
+        name: str,
+        spec: ServiceSpec,
+        urls: dict[str, str],
+        own_jobs: list[JobRecord],
+        fallback_jobs: list[JobRecord],
+        now: float,
+        gpu_signals: dict[str, ServiceGauges],
+    ) -> tuple[ReplicaDecision, ServiceSignals]:
+        """The autoscaler's decision for this tick: a new one once every ``metrics_interval_s`` (the policy's
+        "how often the signals are read", which KEDA's ``pollingInterval`` and the simulator follow too), the
+        last one in the ticks between, so the window means and trends it keeps see the same cadence in every
+        runtime."""
+        last = self._decided.get(name)
+        if last is not None and now - last[0] < spec.autoscaling.metrics_interval_s:
+            return last[1], last[2]
+        signals = self._signals(name, urls, own_jobs, fallback_jobs, now, gpu_signals)
+        decision = self._scalers[name].decide(signals)
+        self._decided[name] = (now, decision, signals)
+        return decision, signals
 
     def _route(self, name: str, replicas: list[JobRecord]) -> dict[str, str]:
         """Give the gateway the running replicas' URLs and revisions; count replicas per state."""

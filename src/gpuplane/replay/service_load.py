@@ -66,7 +66,7 @@ def simulate_load(script: ReplayScript, stretch: LoadStretch, startup_s: float |
         token_source="requests",
     )
     compared = compare_serving(
-        script.policy, stretch.service, trace, ("gpuplane",), replica_startup_s=startup_s, replica_model="router"
+        script.policy, stretch.service, trace, ("gpuplane",), replica_model="router", measured_startup_s=startup_s
     )
     seconds = int(np.ceil(stretch.end - stretch.start))
     ready = compared.runs["gpuplane"].ready[:seconds]

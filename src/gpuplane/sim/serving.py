@@ -359,11 +359,15 @@ def compare_serving(
     on_progress: Callable[[str, int], None] | None = None,
     gpu_cap: int | None = None,
     replica_model: str | None = None,
+    measured_startup_s: float | None = None,
 ) -> ServingComparison:
     """Run ``policies`` (variant names or variants) on one service of ``policy`` under ``trace``; TraceError
     for unknown names (naming the policy field). ``gpu_cap``: GPUs every policy's replicas share;
     ``replica_model``: ``router`` or ``per-replica-model`` (default: the router up to
-    ``ROUTER_MAX_REQUESTS`` requests)."""
+    ``ROUTER_MAX_REQUESTS`` requests). ``replica_startup_s`` changes the service's declared startup (what
+    its replicas take and what its autoscaler looks ahead by); ``measured_startup_s`` changes only what the
+    replicas take, the autoscaler keeping the declared figure, as on a live plane whose replicas start
+    faster or slower than the policy says (the live-fidelity comparisons give the startup they measured)."""
     service = select_service(policy, service_name)
     try:
         variants = parse_variants(policies)
@@ -380,7 +384,8 @@ def compare_serving(
     load = _load(trace, base_model, seed, replica_model == "router")
     profile = load.profile
     model = dataclasses.replace(base_model, max_batch=base_model.slots(profile.mean_kv_tokens))
-    primary = Variant(model.max_batch, service.gpus_per_replica, service.replica_startup_s, profile)
+    startup_s = service.replica_startup_s if measured_startup_s is None else measured_startup_s
+    primary = Variant(model.max_batch, service.gpus_per_replica, startup_s, profile)
     variants_of_replicas = [primary]
     fallback: Variant | None = None
     fallback_model: ServingModel | None = None
@@ -389,7 +394,7 @@ def compare_serving(
         fallback, fallback_model = _variant(
             service.fallback.model,
             service.fallback.gpus_per_replica,
-            service.replica_startup_s if startup is None else startup,
+            startup_s if startup is None else startup,
             load,
         )
         variants_of_replicas.append(fallback)
