@@ -17,12 +17,18 @@ from typing import Any
 import celpy
 import jsonschema
 import kubernetes_validate
+import kubernetes_validate.utils
 import yaml
 from celpy import celtypes
 
 CRD_DIR = Path(__file__).parent / "data" / "crds"
 K8S_VERSION = "1.33"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+# kubernetes-validate reads and parses its schema files (the definitions alone are megabytes) on every call;
+# they never change within a run, and it does not modify what it reads.
+kubernetes_validate.utils.schema_contents = cache(kubernetes_validate.utils.schema_contents)
+kubernetes_validate.utils.all_versions = cache(kubernetes_validate.utils.all_versions)
 
 
 def _python_patterns(node: Any) -> Any:
