@@ -18,7 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
+
+from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress
 
 from gpuplane.io.policy_file import load_policy
 from gpuplane.sim.engine import Simulation
@@ -32,10 +36,15 @@ PHILLY = ROOT.parent / "shared" / "traces" / "philly_pollux_osdi21" / "philly.cs
 POLICY = ROOT / "src" / "gpuplane" / "examples" / "philly.yaml"
 
 
-def replay(trace: Trace, gpus: int, variant: str) -> tuple[float, int, float]:
-    """CPU seconds of one replay of ``trace`` on ``gpus`` GPUs under ``variant``, its cycles and offered load."""
+def replay(trace: Trace, gpus: int, variant: str, progress: Progress | None = None) -> tuple[float, int, float]:
+    """CPU seconds of one replay of ``trace`` on ``gpus`` GPUs under ``variant``, its cycles and offered load;
+    with ``progress``, a bar of the jobs finished."""
     cluster = size_cluster(load_policy(POLICY), trace, gpus)
-    simulation = Simulation(make_variant(variant, cluster.policy), cluster.nodes, trace)
+    advance = None
+    if progress is not None:
+        task = progress.add_task(f"{variant}, {len(trace.jobs):,} jobs on {gpus} GPUs", total=len(trace.jobs))
+        advance = partial(progress.advance, task)
+    simulation = Simulation(make_variant(variant, cluster.policy), cluster.nodes, trace, on_progress=advance)
     started = time.process_time()
     result = simulation.run()
     return time.process_time() - started, result.cycles, cluster.offered_load
@@ -59,8 +68,10 @@ def main() -> int:
     full = read_trace(f"philly-pollux:{PHILLY}")
     window = Trace(full.jobs[-args.jobs :], full.report)
     times = {}
+    progress = Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=Console(stderr=True))
+    progress.start()
     for variant in ("tiresias", "gpuplane"):
-        cpu, cycles, load = replay(window, args.gpus, variant)
+        cpu, cycles, load = replay(window, args.gpus, variant, progress)
         times[variant] = cpu
         print(
             f"last {len(window.jobs):,} Philly jobs on {args.gpus} GPUs (offered load {load:.2f}), {variant}: "
@@ -69,11 +80,12 @@ def main() -> int:
     ratio = times["gpuplane"] / times["tiresias"]
     print(f"gpuplane / Tiresias-style: {ratio:.2f}x   target <= 2x: {verdict(ratio <= 2)}")
     if args.whole:
-        cpu, cycles, load = replay(full, 400, "gpuplane")
+        cpu, cycles, load = replay(full, 400, "gpuplane", progress)
         print(
             f"whole trace, {len(full.jobs):,} jobs on 400 GPUs (offered load {load:.2f}), gpuplane: {cpu:.1f} s CPU, "
             f"{cycles:,} cycles   target < 300 s: {verdict(cpu < 300)}"
         )
+    progress.stop()
     return 0
 
 
