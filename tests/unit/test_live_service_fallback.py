@@ -53,9 +53,11 @@ class ServeNode(FakeNodes):
         self.list = [ClusterNode("serve-0000", "serve", 4, "serve", "127.0.0.5", "s", True)]
 
 
-def _setup(tmp_path: Path) -> tuple[ControlPlane, ServiceManager, ServingEngine, Clock, Metrics]:
+def _setup(
+    tmp_path: Path, service: dict[str, Any] = SERVICE
+) -> tuple[ControlPlane, ServiceManager, ServingEngine, Clock, Metrics]:
     policy = load_policy(str(POLICY))
-    policy = policy.model_copy(update={"services": [ServiceSpec.model_validate(SERVICE)]})
+    policy = policy.model_copy(update={"services": [ServiceSpec.model_validate(service)]})
     engine, clock = ServingEngine(), Clock()
     ids = (f"j{n}" for n in itertools.count())
     control = ControlPlane(
@@ -68,7 +70,7 @@ def _setup(tmp_path: Path) -> tuple[ControlPlane, ServiceManager, ServingEngine,
 def _run(
     control: ControlPlane, services: ServiceManager, engine: ServingEngine, clock: Clock, rps: float, seconds: int
 ) -> None:
-    services.gateway.measure = lambda name, percentile: (rps, None, 0)  # type: ignore[method-assign]
+    services.gateway.measure = lambda name, percentile, window_s=10.0: (rps, None, 0)  # type: ignore[method-assign]
     for _ in range(seconds):
         control.tick()
         for job_id, status in list(engine.phase.items()):
@@ -121,3 +123,20 @@ def test_replicas_waiting_for_gpus_are_taken_off_the_free_ones(tmp_path: Path) -
     gpus = service_gpus(control, prototype, [*_replicas(services, False), waiting], [], 1)
     assert gpus is not None
     assert (gpus.gpus_free, gpus.primary_room) == (1 - 3, 0 - 1)
+
+
+def test_a_service_at_zero_reads_at_once_when_a_request_arrives_between_two_reads(tmp_path: Path) -> None:
+    """Between two reads (every ``metrics_interval_s``) the last decision holds, except at zero replicas: the first
+    request is answered 503 and must not wait up to an interval for a replica to be ordered."""
+    autoscaling = {**SERVICE["autoscaling"], "scale_to_zero": True, "idle_before_zero_s": 2, "metrics_interval_s": 15}
+    service = {**SERVICE, "autoscaling": autoscaling}
+    service.pop("fallback")
+    control, services, engine, clock, _ = _setup(tmp_path, service)
+    services.deploy({"name": "chat"}, None)
+    _run(control, services, engine, clock, 0.0, 40)
+    assert services.services["chat"].desired_replicas == 0, "idle: scaled to zero"
+    _run(control, services, engine, clock, 0.0, 3)
+    assert services.services["chat"].desired_replicas == 0, "no request: the decision holds between reads"
+    services.gateway._window("chat").arrived += 1
+    _run(control, services, engine, clock, 2.0, 1)
+    assert services.services["chat"].desired_replicas == 1, "a request arrived: read at once"

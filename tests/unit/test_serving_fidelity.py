@@ -103,15 +103,13 @@ def test_the_simulator_reads_the_request_rate_over_the_live_gateways_window():
     assert RATE_WINDOW_S == WINDOW_S
 
 
-def test_the_gateways_first_seconds_read_the_rate_over_the_time_it_counted(monkeypatch) -> None:
+def test_the_gateways_first_seconds_read_the_rate_over_the_time_it_counted() -> None:
     """As the simulator's first intervals do: over the whole window, a steady load after a deploy would read as
     a ramp from zero, and the autoscaler's trend extends ramps into replicas."""
-    from gpuplane.live import services as live_services
     from gpuplane.sim.serving_runs import RATE_WINDOW_S
 
     clock = [100.0]
-    monkeypatch.setattr(live_services.time, "monotonic", lambda: clock[0])
-    gateway = Gateway(None, Metrics(load_policy(str(SERVING))))  # type: ignore[arg-type]
+    gateway = Gateway(None, Metrics(load_policy(str(SERVING))), lambda: clock[0])  # type: ignore[arg-type]
     window = gateway._window("svc")
     clock[0] += 2.0
     window.arrivals.extend([100.5, 101.0, 101.5, 102.0])
@@ -119,6 +117,9 @@ def test_the_gateways_first_seconds_read_the_rate_over_the_time_it_counted(monke
     clock[0] += RATE_WINDOW_S + 1
     window.arrivals.extend([103.5 + k for k in range(10)])
     assert gateway.measure("svc", 99)[0] == 10 / RATE_WINDOW_S, "a full window: over the window"
+    assert gateway.measure("svc", 99, 2 * RATE_WINDOW_S)[0] == 10 / (RATE_WINDOW_S + 3), "a longer read interval"
+    gateway.forget("svc")
+    assert gateway.measure("svc", 99)[0] == 0.0 and gateway._window("svc").opened == clock[0], "a new service"
 
 
 def test_the_simulators_router_matches_the_live_gateway_on_the_same_trace():

@@ -224,7 +224,7 @@ class Metrics:
         self._telemetry.jobs = [(gauge, teams.get(job, "")) for job, gauge in jobs.items()]
 
     def observe_service_gpus(self, services: Mapping[str, ServiceGauges]) -> None:
-        """Replace every service's GPU signals with those its replica autoscaler read this tick."""
+        """Replace every service's GPU signals with those its replica autoscaler last read."""
         self._telemetry.services = dict(services)
 
     def observe_events(self, events: Iterable[EventRecord]) -> None:

@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,8 @@ class _Window:
     service_s: dict[bool, deque[tuple[float, float]]] = field(default_factory=dict)
     """Per variant (True: the fallback), (when, seconds) of requests that found their replica idle."""
     fallback_served: int = 0
+    arrived: int = 0
+    """Requests received since the window opened."""
     opened: float = 0.0
     """When the gateway began to count the service's requests: the rate's window is no longer than that."""
 
@@ -73,9 +76,11 @@ class _Window:
 class Gateway:
     """Forwards requests to a service's ready replicas and keeps the last ``WINDOW_S`` of measurements."""
 
-    def __init__(self, control: ControlPlane, metrics: Metrics) -> None:
+    def __init__(self, control: ControlPlane, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: the monotonic seconds the windows are kept in (tests give their own)."""
         self._control = control
         self._metrics = metrics
+        self._clock = clock
         self._windows: dict[str, _Window] = {}
         self._lock = threading.Lock()
         self._client: httpx.AsyncClient | None = None
@@ -92,14 +97,21 @@ class Gateway:
         with self._lock:
             window = self._windows.get(service)
             if window is None:
-                window = self._windows[service] = _Window(opened=time.monotonic())
+                window = self._windows[service] = _Window(opened=self._clock())
             return window
+
+    def forget(self, service: str) -> None:
+        """Drop the service's measurements (a service deployed anew under the name of a deleted one starts
+        counting afresh)."""
+        with self._lock:
+            self._windows.pop(service, None)
 
     async def forward(self, service: str, body: bytes) -> tuple[int, bytes]:
         """Send one request to the least busy ready replica; 503 with the reason when none is ready."""
         window = self._window(service)
         started = time.monotonic()
-        window.arrivals.append(started)
+        window.arrivals.append(self._clock())
+        window.arrived += 1
         replicas = self.urls.get(service, {})
         if not replicas:
             self._metrics.inference_requests.labels(service, "503").inc()
@@ -127,7 +139,7 @@ class Gateway:
         finally:
             window.in_flight[replica] -= 1
         elapsed = time.monotonic() - started
-        window.latencies.append((time.monotonic(), elapsed))
+        window.latencies.append((self._clock(), elapsed))
         fallback = self.fallback_of.get(replica)
         if idle and status == 200:
             window.service_s.setdefault(fallback is not None, deque()).append((time.monotonic(), elapsed))
@@ -141,19 +153,20 @@ class Gateway:
         self._metrics.inference_latency.labels(service).observe(elapsed)
         return status, payload
 
-    def measure(self, service: str, percentile: float) -> tuple[float, float | None, int]:
-        """Requests/s over the window, the latency at ``percentile`` (None without requests), requests in flight.
-        Until the gateway has counted for a whole window the rate is over the time it has counted (at least a
-        second), as the simulator's is: over a full window the first seconds after a deploy or a restart would
-        read as a ramp from zero, which the autoscaler's trend would extend into replicas nobody asked for."""
+    def measure(self, service: str, percentile: float, window_s: float = WINDOW_S) -> tuple[float, float | None, int]:
+        """Requests/s over the last ``window_s``, the latency at ``percentile`` over it (None without requests),
+        requests in flight. Until the gateway has counted for a whole window the rate is over the time it has
+        counted (at least a second), as the simulator's is: over a full window the first seconds after a deploy
+        or a restart would read as a ramp from zero, which the autoscaler's trend would extend into replicas
+        nobody asked for."""
         window = self._window(service)
-        now = time.monotonic()
-        horizon = now - WINDOW_S
+        now = self._clock()
+        horizon = now - window_s
         while window.arrivals and window.arrivals[0] < horizon:
             window.arrivals.popleft()
         while window.latencies and window.latencies[0][0] < horizon:
             window.latencies.popleft()
-        rps = len(window.arrivals) / min(WINDOW_S, max(1.0, now - window.opened))
+        rps = len(window.arrivals) / min(window_s, max(1.0, now - window.opened))
         latencies = sorted(lat for _, lat in window.latencies)
         latency = latencies[min(len(latencies) - 1, int(len(latencies) * percentile / 100.0))] if latencies else None
         return rps, latency, sum(window.in_flight.values())
@@ -174,6 +187,10 @@ class Gateway:
                 return prior
             means.append(sum(s for _, s in samples) / len(samples))
         return means[0] / means[1] if means[1] > 0 else prior
+
+    def arrived(self, service: str) -> int:
+        """Requests the gateway has received for the service since it began counting."""
+        return self._window(service).arrived
 
     def fallback_served(self, service: str) -> int:
         """Requests the service's fallback replicas served since the plane started."""
@@ -209,8 +226,9 @@ class ServiceManager:
         self._judges: dict[str, CanaryJudge] = {}
         self._fallback_desired: dict[str, int] = {}
         """Per service with a fallback variant, the fallback replicas last decided."""
-        self._decided: dict[str, tuple[float, ReplicaDecision, ServiceSignals]] = {}
-        """Per service, when its autoscaler last decided, the decision and the signals it read."""
+        self._decided: dict[str, tuple[float, ReplicaDecision, ServiceSignals, int]] = {}
+        """Per service, when its autoscaler last decided, the decision, the signals it read and the requests the
+        gateway had received by then."""
         self._gauges: dict[str, ServiceGauges] = {}
         """Per service, the replicas' GPU gauges its autoscaler last read."""
         self._lock = threading.Lock()
@@ -277,6 +295,7 @@ class ServiceManager:
             record.options = options
             event = EventRecord(0, now, "service", spec.name, spec.team, "deployed", {"handler": handler})
             self.control.apply([SaveService(record, event)])
+            self.gateway.forget(spec.name)
             self._install(record)
         self.control.wake.set()
         return self.view(spec.name)
@@ -286,6 +305,7 @@ class ServiceManager:
         with self._lock:
             service = self.services[name]
             service.manual_replicas = replicas
+            self._decided.pop(name, None)
             now = self.control.clock()
             event = EventRecord(0, now, "service", name, service.team, "scaled_manually", {"replicas": replicas})
             self.control.apply([SaveService(service, event)])
@@ -324,6 +344,7 @@ class ServiceManager:
             spec = self._specs[name]
             self._observe_fallback(service, spec, fallback_jobs)
             if service.state is ServiceState.DELETING:
+                gpu_signals.pop(name, None)
                 intents += self._wind_down(service, replicas, now)
                 continue
             decision, signals = self._decision(name, spec, urls, own_jobs, fallback_jobs, now, gpu_signals)
@@ -332,7 +353,7 @@ class ServiceManager:
             live = [j for j in own_jobs if j.state is not JobState.CANCELLING]
             intents += self._apply_fallback(service, spec, now, decision, fallback_jobs)
             if desired != service.desired_replicas:
-                intents.append(self._rescale(service, decision, desired, len(live), signals))
+                intents.append(self._rescale(service, decision, desired, len(live), signals, now))
             intents += self._judge_canary(service, spec, now)
             intents += self._match(service, live, desired, now)
         for gone in set(gpu_signals) - set(self.services):
@@ -353,13 +374,18 @@ class ServiceManager:
         """The autoscaler's decision for this tick: a new one once every ``metrics_interval_s`` (the policy's
         "how often the signals are read", which KEDA's ``pollingInterval`` and the simulator follow too), the
         last one in the ticks between, so the window means and trends it keeps see the same cadence in every
-        runtime."""
+        runtime. Two exceptions: a service scaled to zero reads at once when a request arrives (it answers 503
+        until a replica is up; the simulator wakes it at the end of its interval), and a clock that stepped
+        back reads again."""
         last = self._decided.get(name)
-        if last is not None and now - last[0] < spec.autoscaling.metrics_interval_s:
-            return last[1], last[2]
+        arrived = self.gateway.arrived(name)
+        if last is not None and 0 <= now - last[0] < spec.autoscaling.metrics_interval_s:
+            waking = last[1].desired == 0 and arrived > last[3]
+            if not waking:
+                return last[1], last[2]
         signals = self._signals(name, urls, own_jobs, fallback_jobs, now, gpu_signals)
         decision = self._scalers[name].decide(signals)
-        self._decided[name] = (now, decision, signals)
+        self._decided[name] = (now, decision, signals, arrived)
         return decision, signals
 
     def _route(self, name: str, replicas: list[JobRecord]) -> dict[str, str]:
@@ -403,7 +429,8 @@ class ServiceManager:
         and for a service with a fallback variant the GPUs it could still be given and its fallback replicas."""
         spec = self._specs[name]
         ready, starting = _ready_and_starting(own_jobs, urls)
-        rps, latency, in_flight = self.gateway.measure(name, spec.slo.quantile * 100)
+        window_s = max(WINDOW_S, spec.autoscaling.metrics_interval_s)  # every request between two reads is read
+        rps, latency, in_flight = self.gateway.measure(name, spec.slo.quantile * 100, window_s)
         gpus = self.telemetry.service(urls) if self.telemetry is not None else None
         if gpus is not None:
             gpu_signals[name] = gpus
@@ -420,9 +447,16 @@ class ServiceManager:
         )
 
     def _rescale(
-        self, service: ServiceRecord, decision: ReplicaDecision, desired: int, current: int, signals: ServiceSignals
+        self,
+        service: ServiceRecord,
+        decision: ReplicaDecision,
+        desired: int,
+        current: int,
+        signals: ServiceSignals,
+        now: float,
     ) -> SaveService:
-        """The service's new desired replica count, with the autoscaler's reason and figures."""
+        """The service's new desired replica count at ``now``, with the autoscaler's reason and the figures it
+        read (at its last read, ``signals.now``)."""
         service.desired_replicas = desired
         service.reason = {"reason": decision.code.value, "details": _plain(decision.details)}
         details = {
@@ -433,7 +467,7 @@ class ServiceManager:
             "gpu_memory_used": signals.gpu_memory_used,
         }
         code = decision.code.value
-        return SaveService(service, EventRecord(0, signals.now, "service", service.name, service.team, code, details))
+        return SaveService(service, EventRecord(0, now, "service", service.name, service.team, code, details))
 
     def _match(self, service: ServiceRecord, live: list[JobRecord], desired: int, now: float) -> list[ServiceIntent]:
         """Replica jobs added or cancelled so each revision runs its share of ``desired`` (stable and canary)."""
