@@ -347,7 +347,12 @@ class ServiceManager:
                 gpu_signals.pop(name, None)
                 intents += self._wind_down(service, replicas, now)
                 continue
-            decision, signals = self._decision(name, spec, urls, own_jobs, fallback_jobs, now, gpu_signals)
+            decision, signals = self._decision(
+                name,
+                spec,
+                now,
+                lambda: self._signals(name, urls, own_jobs, fallback_jobs, now, gpu_signals),  # noqa: B023 (read now)
+            )
             desired = decision.desired if service.manual_replicas is None else service.manual_replicas
             self.metrics.inference_desired.labels(name).set(desired)
             live = [j for j in own_jobs if j.state is not JobState.CANCELLING]
@@ -362,14 +367,7 @@ class ServiceManager:
         return intents
 
     def _decision(
-        self,
-        name: str,
-        spec: ServiceSpec,
-        urls: dict[str, str],
-        own_jobs: list[JobRecord],
-        fallback_jobs: list[JobRecord],
-        now: float,
-        gpu_signals: dict[str, ServiceGauges],
+        self, name: str, spec: ServiceSpec, now: float, read: Callable[[], ServiceSignals]
     ) -> tuple[ReplicaDecision, ServiceSignals]:
         """The autoscaler's decision for this tick: a new one once every ``metrics_interval_s`` (the policy's
         "how often the signals are read", which KEDA's ``pollingInterval`` and the simulator follow too), the
@@ -383,7 +381,7 @@ class ServiceManager:
             waking = last[1].desired == 0 and arrived > last[3]
             if not waking:
                 return last[1], last[2]
-        signals = self._signals(name, urls, own_jobs, fallback_jobs, now, gpu_signals)
+        signals = read()
         decision = self._scalers[name].decide(signals)
         self._decided[name] = (now, decision, signals, arrived)
         return decision, signals
