@@ -74,7 +74,8 @@ class _Window:
 
 
 class Gateway:
-    """Forwards requests to a service's ready replicas and keeps the last ``WINDOW_S`` of measurements."""
+    """Forwards requests to a service's ready replicas and keeps the measurements of the window its autoscaler
+    reads (``WINDOW_S``, or the service's ``metrics_interval_s`` when longer)."""
 
     def __init__(self, control: ControlPlane, metrics: Metrics, clock: Callable[[], float] = time.monotonic) -> None:
         """``clock``: the monotonic seconds the windows are kept in (tests give their own)."""
