@@ -68,24 +68,23 @@ def main() -> int:
     full = read_trace(f"philly-pollux:{PHILLY}")
     window = Trace(full.jobs[-args.jobs :], full.report)
     times = {}
-    progress = Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=Console(stderr=True))
-    progress.start()
-    for variant in ("tiresias", "gpuplane"):
-        cpu, cycles, load = replay(window, args.gpus, variant, progress)
-        times[variant] = cpu
-        print(
-            f"last {len(window.jobs):,} Philly jobs on {args.gpus} GPUs (offered load {load:.2f}), {variant}: "
-            f"{cpu:.1f} s CPU, {cycles:,} cycles, {len(window.jobs) / cpu:,.0f} jobs/s"
-        )
-    ratio = times["gpuplane"] / times["tiresias"]
-    print(f"gpuplane / Tiresias-style: {ratio:.2f}x   target <= 2x: {verdict(ratio <= 2)}")
-    if args.whole:
-        cpu, cycles, load = replay(full, 400, "gpuplane", progress)
-        print(
-            f"whole trace, {len(full.jobs):,} jobs on 400 GPUs (offered load {load:.2f}), gpuplane: {cpu:.1f} s CPU, "
-            f"{cycles:,} cycles   target < 300 s: {verdict(cpu < 300)}"
-        )
-    progress.stop()
+    columns = (*Progress.get_default_columns(), MofNCompleteColumn())
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        for variant in ("tiresias", "gpuplane"):
+            cpu, cycles, load = replay(window, args.gpus, variant, progress)
+            times[variant] = cpu
+            print(
+                f"last {len(window.jobs):,} Philly jobs on {args.gpus} GPUs (offered load {load:.2f}), {variant}: "
+                f"{cpu:.1f} s CPU, {cycles:,} cycles, {len(window.jobs) / cpu:,.0f} jobs/s"
+            )
+        ratio = times["gpuplane"] / times["tiresias"]
+        print(f"gpuplane / Tiresias-style: {ratio:.2f}x   target <= 2x: {verdict(ratio <= 2)}")
+        if args.whole:
+            cpu, cycles, load = replay(full, 400, "gpuplane", progress)
+            print(
+                f"whole trace, {len(full.jobs):,} jobs on 400 GPUs (offered load {load:.2f}), gpuplane: "
+                f"{cpu:.1f} s CPU, {cycles:,} cycles   target < 300 s: {verdict(cpu < 300)}"
+            )
     return 0
 
 

@@ -346,6 +346,7 @@ class ServiceManager:
             self._observe_fallback(service, spec, fallback_jobs)
             if service.state is ServiceState.DELETING:
                 gpu_signals.pop(name, None)
+                self._decided.pop(name, None)
                 intents += self._wind_down(service, replicas, now)
                 continue
             decision, signals = self._decision(
@@ -362,8 +363,6 @@ class ServiceManager:
                 intents.append(self._rescale(service, decision, desired, len(live), signals, now))
             intents += self._judge_canary(service, spec, now)
             intents += self._match(service, live, desired, now)
-        for gone in set(gpu_signals) - set(self.services):
-            del gpu_signals[gone]
         self.metrics.observe_service_gpus(gpu_signals)
         return intents
 
