@@ -276,42 +276,20 @@ class _Cycle:
 
     # -- 2 + 3: resolve and order ---------------------------------------------------------------------
     def run(self) -> CycleResult:
-        queues: dict[str, list[Resolved | None]] = {}
         self.st.forget_resolved(len(self.pending))
-        resolve, now = self.st.resolve, self.st.now  # hot loop: once per pending workload per cycle
-        kept = self.st.kept_resolutions()
-        guard = self.st.guard_s
-        keep = self.index.policy.scheduling.backfill.keep_reservations
         record = self.st.record_quiet
-        next_promote = next_yield = math.inf  # for ``_record_quiet``: the earliest promotion base and end of a yield
-        for w in self.pending:
-            cached = kept.get(w.id)  # ``CycleState.resolve``'s kept resolution, inline
-            if cached is not None and cached[0] is w:
-                r = cached[1]
-            else:
-                try:
-                    r = resolve(w)
-                except InvalidWorkload as exc:
-                    self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
-                    continue
-            if not r.promoted and (
-                (guard is not None and r.promote_base + guard <= now) or (keep and r.workload.reserved_before)
-            ):  # ``CycleState.promote_at`` inline
-                r.promote(self.index)
-            if r.yield_until <= now and r.yields:
-                r.claim(self.index)
-            if record:
-                if not r.promoted and r.promote_base < next_promote:
-                    next_promote = r.promote_base
-                if r.yields and r.yield_until < next_yield:
-                    next_yield = r.yield_until
-            items = queues.get(r.queue.name)
-            if items is None:
-                items = queues[r.queue.name] = []
-            items.append(r)
         heap: list[HeapKey] = []
+        queues: dict[str, list[Resolved | None]]
+        if self.st.incremental and self.st.remember_resolved and self.mode != "strict":
+            # a kept state's queues, carried from its last cycle (in strict mode the heap's own order decides the
+            # bulk tail's, so the queues are built in the order passed there)
+            gathered = self.st.gather(self.pending, self.index.policy.scheduling.backfill.keep_reservations)
+            for w, exc in gathered.invalid:
+                self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
+            queues, next_promote, next_yield = gathered.queues, gathered.next_promote, gathered.next_yield
+        else:
+            queues, next_promote, next_yield = self._resolve_and_sort(record)
         for name, items in queues.items():
-            items.sort(key=_queue_order)
             heap.append(self._key(items[0], name, 0))
         heapq.heapify(heap)
         parking = self.parking
@@ -386,6 +364,44 @@ class _Cycle:
         return CycleResult(
             self.st.now, tuple(self.decisions), views, tuple(self.tail), settled, tuple(keys), keys_from or 0
         )
+
+    def _resolve_and_sort(self, record: bool) -> tuple[dict[str, list[Resolved | None]], float, float]:
+        """Every pending workload resolved (kept resolutions first), promoted or claimed as of now, and grouped in queue
+        order; with ``record``, the earliest promotion base and end of a yield among them (``_record_quiet``)."""
+        queues: dict[str, list[Resolved | None]] = {}
+        resolve, now = self.st.resolve, self.st.now  # hot loop: once per pending workload per cycle
+        kept = self.st.kept_resolutions()
+        guard = self.st.guard_s
+        keep = self.index.policy.scheduling.backfill.keep_reservations
+        next_promote = next_yield = math.inf
+        for w in self.pending:
+            cached = kept.get(w.id)  # ``CycleState.resolve``'s kept resolution, inline
+            if cached is not None and cached[0] is w:
+                r = cached[1]
+            else:
+                try:
+                    r = resolve(w)
+                except InvalidWorkload as exc:
+                    self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
+                    continue
+            if not r.promoted and (
+                (guard is not None and r.promote_base + guard <= now) or (keep and r.workload.reserved_before)
+            ):  # ``CycleState.promote_at`` inline
+                r.promote(self.index)
+            if r.yield_until <= now and r.yields:
+                r.claim(self.index)
+            if record:
+                if not r.promoted and r.promote_base < next_promote:
+                    next_promote = r.promote_base
+                if r.yields and r.yield_until < next_yield:
+                    next_yield = r.yield_until
+            items = queues.get(r.queue.name)
+            if items is None:
+                items = queues[r.queue.name] = []
+            items.append(r)
+        for items in queues.values():
+            items.sort(key=_queue_order)
+        return queues, next_promote, next_yield
 
     def _record_quiet(self, next_promote: float, next_yield: float) -> None:
         """Leave what a next cycle may repeat (``scheduler.repeat``) when this one admitted, stopped, moved and
@@ -644,6 +660,7 @@ class _Cycle:
         self.kept_refused = frozenset()
         self.unreservable.clear()
         st.cap.commit()
+        st.leave_pending(r)
         borrow_version = st.ledger.borrow_version
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
         if victims or st.ledger.borrow_version != borrow_version:

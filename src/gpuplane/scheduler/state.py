@@ -15,6 +15,7 @@ from gpuplane.model.placement import Placement, PodPlacement
 from gpuplane.model.workload import RunningWorkload, Workload
 from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
 from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_level
+from gpuplane.scheduler.pending import Gathered, PendingQueues
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
@@ -97,12 +98,19 @@ class Resolutions:
 
     entries: dict[str, tuple[Workload, Resolved]] = field(default_factory=dict)
     guard_s: float | None = None
+    generation: int = 0
+    """Counts the times every resolution was forgotten (``forget``)."""
 
     def follow(self, guard_s: float | None) -> None:
         """The cycle's starvation guard is ``guard_s``: forget every resolution made under another."""
         if guard_s != self.guard_s:
-            self.entries.clear()
+            self.forget()
             self.guard_s = guard_s
+
+    def forget(self) -> None:
+        """Forget every resolution: each pending workload is resolved afresh."""
+        self.entries.clear()
+        self.generation += 1
 
 
 @dataclass(slots=True)
@@ -175,6 +183,7 @@ class CycleState:
         self._resolutions.follow(self.guard_s)
         self._resolved = self._resolutions.entries
         self.remember_resolved = remember_resolved or resolutions is not None  # a one-cycle state's own: never pays
+        self._pending = PendingQueues()
         self.record_quiet = False
         """Whether each cycle that changes nothing records what the next may repeat (``quiet``): a runtime that
         skips such cycles (``scheduler.repeat``) asks for it."""
@@ -197,6 +206,24 @@ class CycleState:
         self._resolved[w.id] = (w, r)
         return r
 
+    def gather(self, pending: Sequence[Workload], keep_reservations: bool) -> Gathered:
+        """The pending workloads per queue in queue order, promoted and claimed as of this cycle, carried from the last
+        cycle and updated with what changed (``scheduler.pending``): what a kept state's cycle reads instead of
+        resolving and sorting every pending workload again."""
+        return self._pending.gather(
+            pending,
+            self.resolve,
+            self.index,
+            self.now,
+            self.guard_s,
+            keep_reservations,
+            self._resolutions.generation,
+        )
+
+    def leave_pending(self, r: Resolved) -> None:
+        """``r`` was admitted: the carried queues (``gather``) drop it."""
+        self._pending.leave(r)
+
     def kept_resolutions(self) -> Mapping[str, tuple[Workload, Resolved]]:
         """The resolutions ``resolve`` keeps (each with the workload object it was made from); empty when it keeps
         none, for a cycle's loop over its pending workloads to read without a call per workload."""
@@ -218,7 +245,7 @@ class CycleState:
     def forget_resolved(self, keep: int) -> None:
         """Drop remembered resolutions when there are far more than the ``keep`` workloads now pending."""
         if len(self._resolved) > 2 * keep + 1024:
-            self._resolved.clear()
+            self._resolutions.forget()
 
     def node_down(self, name: str) -> list[str]:
         """Node ``name`` is gone (spot interruption, failure): release and return the work that ran on it.
