@@ -2,8 +2,10 @@
 inference node) on one embedded cluster, started once (a cluster start costs many seconds on a loaded machine).
 
 Each module still runs its own plane on its own fresh store; a plane stops its jobs when it stops, and the nodes
-a plane adds (the spot pool's) are its own to remove. The tests that use the cluster run after the others, so
-that it is up only while they run and is stopped as soon as the last of them ends.
+a plane adds (the spot pool's) are its own to remove. The live replays (``test_replay_live.py``) run on it too, on
+the nodes of their scripts' initial clusters, and give it back with the test policy's nodes. The tests that use
+the cluster run after the others, so that it is up only while they run and is stopped as soon as the last of them
+ends.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ def ray_address(shared_ray_cluster: LocalRayCluster) -> str:
 
 
 def serve(address: str | None, data: Path, db: str, port: int) -> subprocess.Popen[bytes]:
-    """``gpuplane serve`` attached to the cluster at ``address``, or on its own embedded cluster (then with the
-    training half of the test policy: these tests run only training jobs)."""
+    """``gpuplane serve`` attached to the cluster at ``address``, or on its own embedded cluster (then with one
+    training node of the test policy: these tests run only training jobs, all at once on that node)."""
     log = open(data / f"serve-{port}.log", "ab")  # noqa: SIM115 - the process owns it
     policy = POLICY if address else training_policy(data)
     cluster = ["--ray-address", address] if address else []
@@ -226,7 +226,7 @@ def test_sigkill_of_the_plane_with_its_embedded_cluster_never_runs_a_job_twice(t
         c = httpx.Client(base_url=url, headers=headers, timeout=30)
         jobs = {}
         for name, args in kinds.items():
-            body = {"name": name, "entrypoint": [sys.executable, str(script), str(ledger), *args], "gpus_per_pod": 2}
+            body = {"name": name, "entrypoint": [sys.executable, str(script), str(ledger), *args], "gpus_per_pod": 1}
             response = c.post("/v1/jobs", json={**body, "working_dir": str(ledger)})
             assert response.status_code == 201, response.text
             jobs[name] = response.json()["id"]

@@ -35,6 +35,10 @@ class FakeCluster:
     def remove_node(self, name: str) -> None:
         self.listed = [n for n in self.listed if n.name != name]
 
+    @property
+    def node_names(self) -> list[str]:
+        return [n.name for n in self.listed]
+
 
 @pytest.fixture
 def policy() -> PolicySpec:
@@ -75,6 +79,18 @@ def test_a_node_removed_while_booting_is_forgotten(policy: PolicySpec, cluster: 
     provider.add_node("train", "train-0001")
     provider.remove_node("train-0001")
     assert provider.ready_times() == {} and names(provider) == []
+
+
+def test_a_borrowed_clusters_nodes_are_taken_as_they_are_and_left_to_it(
+    policy: PolicySpec, cluster: FakeCluster
+) -> None:
+    cluster.add_node("train-0000", "train", 4, "train")
+    provider = LocalNodeProvider(cluster, policy, Clock())  # type: ignore[arg-type]
+    provider.add_initial_node("train", "train-0000")
+    assert names(provider) == ["train-0000"] and len(cluster.listed) == 1, "the running node is taken, not restarted"
+    provider.add_node("train", "train-0001")
+    provider.remove_all()
+    assert [n.name for n in cluster.listed] == ["train-0000"], "the node it ordered goes, the one it found stays"
 
 
 def scaled_plane(tmp_path: Path, policy: PolicySpec, cluster: FakeCluster) -> tuple[Clock, LiveNodeScaler]:

@@ -50,6 +50,8 @@ class LocalNodeProvider:
         self._started: set[str] = set()
         self._ready_at: dict[str, float] = {}
         """Ordered nodes not yet listed: the plane time from which each is."""
+        self._found: set[str] = set()
+        """Initial nodes the cluster already ran (a borrowed cluster's): ``remove_all`` leaves them to it."""
         self._lock = threading.Lock()
 
     def nodes(self) -> list[ClusterNode]:
@@ -86,7 +88,14 @@ class LocalNodeProvider:
 
     def add_initial_node(self, pool: str, name: str) -> None:
         """Start node ``name`` of the initial cluster (each pool's ``min_nodes``): listed as soon as it has joined,
-        since the simulator's initial nodes serve from the start."""
+        since the simulator's initial nodes serve from the start. A node of that name the cluster already runs is
+        taken as it is (a borrowed cluster's: the caller sees that it is of ``pool``)."""
+        if name in self.cluster.node_names:
+            with self._lock:
+                self._found.add(name)
+                self._removed.discard(name)
+                self._started.add(name)
+            return
         self._start(pool, name)
 
     def _start(self, pool: str, name: str) -> None:
@@ -106,8 +115,9 @@ class LocalNodeProvider:
         self.cluster.remove_node(name)
 
     def remove_all(self) -> None:
-        """Stop every node this provider started and has not removed (hands a borrowed cluster back as it was)."""
+        """Stop every node this provider started and has not removed; the nodes it found running are left (hands a
+        borrowed cluster back as it was, less the found nodes it removed on purpose)."""
         with self._lock:
-            names = sorted(self._started - self._removed)
+            names = sorted(self._started - self._removed - self._found)
         for name in names:
             self.remove_node(name)

@@ -110,7 +110,9 @@ class ReplayClock:
 class LiveReplay:
     """One script on one local Ray cluster (a context manager): a fresh one, stopped on exit; or ``cluster``, one
     the caller started and connected to, given back on exit without the nodes the replay added (tests replay
-    several scripts on one)."""
+    several scripts on one). Of a borrowed cluster, the script's initial nodes it already runs are taken as they
+    are (idle, of the script's pools and GPUs; it should run no other node); the replay leaves them to it, except
+    those its script loses."""
 
     def __init__(
         self,
