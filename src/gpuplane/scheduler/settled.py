@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import groupby
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
@@ -97,7 +97,9 @@ class SettledQueue:
         shift = self.base
         for code, run in groupby(self.outcomes[self.start - shift : self.end - shift], key=_code):
             count = len(list(run))
-            yield code, first - self.start, list(map(_workload_id, items[first : first + count]))
+            ids = [r.workload.id for r in items[first : first + count] if r is not None]
+            assert len(ids) == count, "a settled position was decided one by one"
+            yield code, first - self.start, ids
             first += count
 
     def reason(self, index: int) -> Reason:
@@ -283,10 +285,6 @@ class Parking:
             else:
                 hi = mid
         return lo
-
-
-_workload_id = attrgetter("workload.id")
-"""The workload id of an undecided position (an AttributeError on None, a position decided one by one)."""
 
 
 def _at(items: list[Resolved | None], position: int) -> Resolved:

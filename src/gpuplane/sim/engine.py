@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any, Protocol
 
 from gpuplane.model import DecisionKind, Node, Workload, WorkloadClass
@@ -92,12 +91,6 @@ class OracleEstimator:
 
     def observe(self, job: TraceJob) -> None:
         """Nothing to learn."""
-
-
-_LONG_RUN = 32
-"""Settled waits in one run of a code above which ``Simulation._apply`` looks for changed codes in bulk first."""
-_wait_code = attrgetter("wait_code")
-_workload = attrgetter("workload")
 
 
 @dataclass(slots=True)
@@ -531,7 +524,7 @@ class Simulation:
         self.meters.cycles += 1
         waits = self.pending_waits
         load = None if waits is None else waits.signals
-        pending = list(map(_workload, self.jobs.pending.values()))
+        pending = [r.workload for r in self.jobs.pending.values()]
         repeated = repeat_quietly(self.state, now, pending, load) if self.state.record_quiet else None
         if repeated is not None:  # the last cycle's decisions hold: only the new work's waits are news
             self.meters.decisions += len(pending)
@@ -569,14 +562,7 @@ class Simulation:
                 self._waits_for(records[wid], blocked, now)
         for wait_code, ids in result.settled_runs():  # most waits of a saturated replay: _waits_for's test inline
             value = wait_code.value
-            if len(ids) > _LONG_RUN:  # most jobs of a long run wait as they did: find that without a step per job
-                runs = list(map(records.__getitem__, ids))
-                if list(map(_wait_code, runs)).count(value) == len(runs):
-                    continue
-                changed = [r for r in runs if r.wait_code != value]
-            else:
-                changed = [r for r in map(records.__getitem__, ids) if r.wait_code != value]
-            for record in changed:
+            for record in [r for r in map(records.__getitem__, ids) if r.wait_code != value]:
                 self._waits_for(record, value, now)
         for decision in result.decided:
             if decision.kind is DecisionKind.ADMIT and decision.placement is not None:
