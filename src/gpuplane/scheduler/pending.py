@@ -85,7 +85,9 @@ class PendingQueues:
             if resolved.get(id(r.workload)) is r:
                 del resolved[id(r.workload)]
                 queue = self.queues[r.queue.name]
-                del queue[bisect_left(queue, r.order, key=_order)]
+                at = bisect_left(queue, r.order, key=_order)
+                assert queue[at] is r, "an admitted workload is not where its order puts it"
+                del queue[at]
         self.admitted.clear()
         keys = list(map(id, pending))
         held = list(map(resolved.__contains__, keys))
