@@ -386,7 +386,7 @@ class _Cycle:
                     continue
             if not r.promoted and (
                 (guard is not None and r.promote_base + guard <= now) or (keep and r.workload.reserved_before)
-            ):  # ``CycleState.promote_at`` inline
+            ):  # ``Resolved.catch_up`` inline, with the next line
                 r.promote(self.index)
             if r.yield_until <= now and r.yields:
                 r.claim(self.index)

@@ -109,12 +109,7 @@ class PendingQueues:
                 invalid.append((w, exc))
                 continue
             resolved[id(w)] = r
-            if not r.promoted and (
-                (guard_s is not None and r.promote_base + guard_s <= now) or (keep_reservations and w.reserved_before)
-            ):
-                r.promote(index)
-            if r.yield_until <= now and r.yields:
-                r.claim(index)
+            r.catch_up(index, now, guard_s, keep_reservations)
             self._track(r)
             arrived.setdefault(r.queue.name, []).append(r)
         if guard_s is not None:

@@ -109,6 +109,18 @@ class Resolved:
         self.yields = False
         self._search_differs("claims", index)
 
+    def catch_up(self, index: PolicyIndex, now: float, guard_s: float | None, keep_reservations: bool) -> None:
+        """What every cycle does first for each pending workload: promote it once it has waited the cycle's starvation
+        guard ``guard_s`` by ``now`` (or kept a reservation, with ``keep_reservations``), then end its yield when due.
+        The cycle's full pass (``_Cycle._resolve_and_sort``) inlines this rule: it runs once per pending workload."""
+        if not self.promoted and (
+            (guard_s is not None and self.promote_base + guard_s <= now)
+            or (keep_reservations and self.workload.reserved_before)
+        ):
+            self.promote(index)
+        if self.yield_until <= now and self.yields:
+            self.claim(index)
+
     def _search_differs(self, mark: str, index: PolicyIndex) -> None:
         """Its preemption search now differs from its twins': ``mark`` sets its preemption key (and so its waiting
         shape and capacity-wait key) apart from theirs."""
