@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 from typing import Any
+from unittest.mock import patch
 
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 import gpuplane.sim.engine as engine
 from gpuplane.model.events import SchedulingEvent
 from gpuplane.policy import parse_policy
+from gpuplane.scheduler.cycle import CycleResult
 from gpuplane.scheduler.repeat import repeat_quietly
 from gpuplane.sim.engine import Simulation
 from gpuplane.sim.setup import size_cluster
@@ -140,3 +142,22 @@ def test_a_promotion_due_between_two_quiet_cycles_is_not_repeated_over() -> None
     assert repeated == ran
     starts = {job: start for job, start, *_ in ran[0][0]}
     assert starts["j01"] is not None and starts["j01"] < 20000.0, "the promoted job took the borrowed run"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    jobs=jobs_strategy,
+    variant=st.sampled_from(VARIANTS),
+    scheduling=st.sampled_from(SCHEDULING),
+)
+def test_a_replay_told_only_the_news_of_settled_waits_is_the_replay_told_every_one(
+    jobs: list[tuple[str, int, int, float]], variant: str, scheduling: dict[str, Any]
+) -> None:
+    """The simulator reads only the settled waits whose code it was not told last (``CycleResult.settled_news``):
+    stopped runs that come back to the queues as the same workload, waits decided one by one in between and
+    repeated cycles must leave every job's waits as reading them all does."""
+    trace = _trace(jobs)
+    news = _replay(variant, scheduling, trace, True)
+    with patch.object(CycleResult, "settled_news", CycleResult.settled_runs):
+        every = _replay(variant, scheduling, trace, True)
+    assert news == every

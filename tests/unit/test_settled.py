@@ -78,6 +78,32 @@ def test_a_workload_that_may_still_be_admitted_keeps_the_cycle_stepping() -> Non
     assert result.settled
 
 
+def test_a_queue_parks_up_to_a_workload_that_may_still_be_admitted() -> None:
+    """Team b's 8-GPU jobs wait for the cohort's quota, and a 1-GPU job at the end of b's queue fits b's nominal
+    quota: the jobs before it are settled in bulk, the 1-GPU job keeps b's place in the heap and is admitted in its
+    turn, with the one-by-one cycle's decisions, figures and order."""
+    index, node_list, running = _full_cluster()
+    running = [r for r in running if r.workload.id != "b-run3"]
+    running.append(
+        RunningWorkload(
+            job("b-small", "b", gpus=7, t=-100.0),
+            Placement("train", "h100", (PodPlacement("train-0007", tuple(range(7))),)),
+            -100.0,
+        )
+    )
+    pending = [job(f"a{i}", "a", gpus=2, t=float(i)) for i in range(50)]
+    pending += [job(f"b-big{i}", "b", gpus=8, t=1.0 + i) for i in range(40)] + [job("b-one", "b", gpus=1, t=60.0)]
+    snapshot = ClusterSnapshot(0.0, node_list, running, pending)
+    result = schedule(index, snapshot)
+    full = schedule(index, snapshot, incremental=False)
+    assert result.decisions == full.decisions
+    assert [d.workload_id for d in result.decisions if d.kind is DecisionKind.ADMIT] == ["b-one"]
+    one_by_one = [d.workload_id for d in result.decided if d.workload_id.startswith("b-")]
+    assert "b-one" in one_by_one
+    assert len(one_by_one) <= 3, f"b's quiet waits before b-one were decided one by one: {one_by_one}"
+    assert_settled_as_one_by_one(result, full)
+
+
 def test_a_kept_state_settles_cycle_after_cycle_as_a_fresh_snapshot_does() -> None:
     """The simulator's long-lived state: each cycle's settled waits equal a fresh full cycle's decisions."""
     index, node_list, running = _full_cluster()
@@ -215,3 +241,36 @@ def test_a_smaller_gang_failing_later_changes_what_parked_gangs_would_be_told() 
     assert result.decisions == schedule(PolicyIndex(p), snapshot, incremental=False).decisions
     told = {d.workload_id: d.reason.details.get("pods_needed") for d in result.decisions}
     assert told == {"a3": 3, "b1": 1, "a4": 1}
+
+
+def test_settled_news_name_every_wait_the_runtime_may_not_know() -> None:
+    """A kept state's settled waits report only what the runtime was not told last (``settled_news``): a workload
+    that left the queues and came back as the same object, and one decided one by one since, are news again,
+    whatever their code; one settled with the same code twice is not."""
+    index, node_list, running = _full_cluster()
+    kept = CycleState(index, node_list, 0.0)
+    kept.load(running)
+    pending = [job(f"a{i:02d}", "a", gpus=1 + i % 3, klass="batch", t=float(i)) for i in range(60)]
+
+    def news(now: float, waiting: list) -> set[str]:  # type: ignore[type-arg]
+        result = run_cycle(kept, now, waiting)
+        found = [wid for _, ids in result.settled_news() for wid in ids]
+        assert len(found) == len(set(found))
+        return set(found)
+
+    first = news(0.0, pending)
+    assert len(first) >= 50
+    assert news(30.0, pending) == set(), "waits settled with the same code again are no news"
+    away = pending[30]
+    assert away.id in first
+    assert news(60.0, [w for w in pending if w is not away]) == set()
+    assert away.id in news(90.0, pending), "a workload back in the queues is news"
+    heads = pending[:3]  # a's first workloads leave: the next one becomes the head and is decided one by one
+    decided = run_cycle(kept, 120.0, pending[3:])
+    head = pending[3]
+    assert head.id in {d.workload_id for d in decided.decided}
+    assert head.id not in {wid for _, ids in decided.settled_news() for wid in ids}
+    ahead = [job(f"early{i}", "a", gpus=1, klass="batch", t=-10.0 - i) for i in range(3)]
+    back = news(150.0, ahead + pending[3:])
+    assert head.id in back, "a workload decided one by one since it was last settled is news"
+    assert pending[40].id not in back

@@ -96,6 +96,9 @@ class CycleResult:
     """The heap key each of ``decided`` from index ``keys_from`` on was taken at, which places the settled waits
     among them."""
     keys_from: int = 0
+    carried: bool = False
+    """Whether the queues were a kept state's, carried between cycles (``CycleState.gather``): their settled waits
+    know what the runtime was last told (``settled_news``)."""
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
@@ -131,6 +134,17 @@ class CycleResult:
         for queue in self.settled:
             for code, _, ids in queue.runs():
                 yield code, ids
+
+    def settled_news(self) -> Iterator[tuple[ReasonCode, list[str]]]:
+        """The settled waits a runtime that applied every wait of the kept state's earlier cycles does not know yet:
+        those whose code differs from the one it was last told by a settled wait, and every wait of a workload decided
+        one by one or returned to the queues since (all of them when the queues were not carried). Read once: each
+        wait read is marked told."""
+        if not self.carried:
+            yield from self.settled_runs()
+            return
+        for queue in self.settled:
+            yield from queue.news()
 
     @property
     def admitted(self) -> list[Decision]:
@@ -280,7 +294,8 @@ class _Cycle:
         record = self.st.record_quiet
         heap: list[HeapKey] = []
         queues: dict[str, list[Resolved | None]]
-        if self.st.incremental and self.st.remember_resolved and self.mode != "strict":
+        carried = self.st.incremental and self.st.remember_resolved and self.mode != "strict"
+        if carried:
             # a kept state's queues, carried from its last cycle (in strict mode the heap's own order decides the
             # bulk tail's, so the queues are built in the order passed there)
             gathered = self.st.gather(self.pending, self.index.policy.scheduling.backfill.keep_reservations)
@@ -306,6 +321,7 @@ class _Cycle:
             if parking is not None and parking.parked:
                 parking.settle_before(top, at, self._searched)
             self._decide(head, pos)
+            head.told = None
             if keys_from is not None:
                 taken = len(self.decisions) - at
                 if taken == 1:
@@ -320,11 +336,7 @@ class _Cycle:
                 assert after is not None
                 following = self._key(after, name, pos + 1)
                 parked = (
-                    parking is not None
-                    and self._changed() == changes
-                    and self.decisions[-1].kind is DecisionKind.WAIT
-                    and self._quiet_wait(after) is not None  # the common refusal, without the scan's bookkeeping
-                    and parking.try_park(
+                    parking.try_park(
                         name,
                         items,
                         pos + 1,
@@ -336,13 +348,21 @@ class _Cycle:
                         len(self.decisions),
                         self.quiet,
                     )
+                    if parking is not None
+                    and self._changed() == changes
+                    and self.decisions[-1].kind is DecisionKind.WAIT
+                    and self._quiet_wait(after) is not None  # the common refusal, without the scan's bookkeeping
+                    else None
                 )
-                if parked:
-                    heapq.heappop(heap)
+                if parked is None:
+                    heapq.heapreplace(heap, following)
+                else:
+                    if parked.stop_key is None:
+                        heapq.heappop(heap)
+                    else:  # the workload the parking stopped at keeps the queue's place in the heap
+                        heapq.heapreplace(heap, parked.stop_key)
                     if keys_from is None:
                         keys_from = len(self.decisions)
-                else:
-                    heapq.heapreplace(heap, following)
             else:
                 heapq.heappop(heap)
             if parking is not None and parking.parked and self._changed() != changes:
@@ -362,7 +382,7 @@ class _Cycle:
             for v in self.st.reservations.values()
         )
         return CycleResult(
-            self.st.now, tuple(self.decisions), views, tuple(self.tail), settled, tuple(keys), keys_from or 0
+            self.st.now, tuple(self.decisions), views, tuple(self.tail), settled, tuple(keys), keys_from or 0, carried
         )
 
     def _resolve_and_sort(self, record: bool) -> tuple[dict[str, list[Resolved | None]], float, float]:

@@ -109,6 +109,7 @@ class PendingQueues:
                 invalid.append((w, exc))
                 continue
             resolved[id(w)] = r
+            r.told = None  # back in the queues: the runtime may have told it another code (a stop) since
             r.catch_up(index, now, guard_s, keep_reservations)
             self._track(r)
             arrived.setdefault(r.queue.name, []).append(r)

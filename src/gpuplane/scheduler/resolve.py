@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from gpuplane.model.decision import ReasonCode
 from gpuplane.model.gpu import MILLI_PER_GPU
 from gpuplane.model.workload import TopologyMode, Workload
 from gpuplane.scheduler.index import PolicyIndex, PoolInfo, QueueInfo, TierInfo, service_level
@@ -91,6 +92,10 @@ class Resolved:
     """Shape, pool and spread group when it may go to one pool only (numbered by ``PolicyIndex.key_id``): what
     decides how it waits for GPUs there while its quota admits it (``_Cycle._capacity_wait``); None with more
     than one pool."""
+    told: ReasonCode | None = None
+    """The wait code a runtime was last told for it by a settled wait of a kept state's carried queues
+    (``CycleResult.settled_news``); None when a decision taken one by one, or its return to the queues, may have told
+    it another since."""
 
     def promote(self, index: PolicyIndex) -> None:
         """The starvation guard fired: first in its tier from now on (its level no longer orders it). When the

@@ -102,6 +102,20 @@ class SettledQueue:
             yield code, first - self.start, ids
             first += count
 
+    def news(self) -> Iterator[tuple[ReasonCode, list[str]]]:
+        """The waits whose code the runtime was not told last (``Resolved.told``), as runs of one code: (code, workload
+        ids); each is marked told. For a kept state's carried queues, whose runtime applies every wait it reads."""
+        items, first = self.items, self.start
+        shift = self.base
+        for code, run in groupby(self.outcomes[self.start - shift : self.end - shift], key=_code):
+            count = len(list(run))
+            news = [r for r in items[first : first + count] if r is not None and r.told is not code]
+            first += count
+            if news:
+                for r in news:
+                    r.told = code
+                yield code, [r.workload.id for r in news]
+
     def reason(self, index: int) -> Reason:
         """The reason of the ``index``-th wait, as the cycle would have given it one by one."""
         position = self.start + index
@@ -164,7 +178,11 @@ class _Scan:
 
 
 @dataclass(slots=True)
-class _Parked:
+class ParkedQueue:
+    """One queue out of the cycle's heap: its workloads from ``head`` up to ``stop`` wait quietly. When a workload
+    after them might change the state, it stays in the heap in their place (``stop_key``): the heap pops it in
+    its turn, after the parked ones have been settled, and it is decided one by one."""
+
     name: str
     items: list[Resolved | None]
     head: int
@@ -172,6 +190,9 @@ class _Parked:
     share: float
     scan: _Scan
     parked_at: int
+    stop: int
+    stop_key: HeapKey | None
+    """The heap key of the workload at ``stop``, which stays in the heap; None when the whole rest is parked."""
 
 
 class Parking:
@@ -182,7 +203,7 @@ class Parking:
         self.budget = budget
         """Workloads the scans may still look at this cycle: a scan that meets a workload that may change the
         state has cost its length for nothing, so a cycle looks at most at about twice its queue."""
-        self.parked: dict[str, _Parked] = {}
+        self.parked: dict[str, ParkedQueue] = {}
         self.settled: list[SettledQueue] = []
         self._scans: dict[str, _Scan] = {}
 
@@ -198,50 +219,55 @@ class Parking:
         searches_failed: int,
         decided: int,
         known: Mapping[int, Outcome],
-    ) -> bool:
-        """Park queue ``name`` when every workload from ``head`` on waits quietly: True, and the caller takes the
-        queue out of its heap. ``changes`` counts the cycle's admissions and reservations so far, ``searches_failed``
-        the failures it has learned (searches, placements, reservations), ``decided`` its decisions taken one by
-        one. ``known`` is ``quiet``'s own outcomes per shape (read first: a long tail is mostly shapes seen)."""
+    ) -> ParkedQueue | None:
+        """Park queue ``name`` from ``head`` on up to its first workload that might not wait quietly (or to its
+        end): the parked queue, whose ``stop_key`` (None: the whole rest is parked) the caller puts in its heap in
+        place of ``head_key``; None when ``head`` itself might not wait quietly. ``changes`` counts the cycle's
+        admissions and reservations so far, ``searches_failed`` the failures it has learned (searches, placements,
+        reservations), ``decided`` its decisions taken one by one. ``known`` is ``quiet``'s own outcomes per shape
+        (read first: a long tail is mostly shapes seen)."""
         scan = self._scans.get(name)
         if scan is None or scan.changes != changes or head > scan.base + len(scan.outcomes):
             scan = self._scans[name] = _Scan(changes, head)
-        elif scan.blocked_at == searches_failed:
-            return False
+        elif scan.blocked_at == searches_failed and head == scan.base + len(scan.outcomes):
+            return None
         if self.budget <= 0:
-            return False
+            return None
         outcomes, pay, paid = scan.outcomes, scan.pay, scan.paid
         start = scan.base + len(outcomes)
-        for position in range(start, len(items)):
+        stop = len(items)
+        for position in range(start, stop):
             r = items[position]
             assert r is not None
             outcome = known.get(r.shape) if r.options else None
             if outcome is None:
                 outcome = quiet(r)
             if outcome is None:
-                self.budget -= position - start + 1
-                scan.blocked_at = searches_failed
-                return False
+                stop = position
+                break
             if outcome[2] and id(outcome) not in paid:
                 paid.add(id(outcome))
                 pay.append(position)
             outcomes.append(outcome)
-        self.budget -= len(items) - start
-        scan.blocked_at = None
-        self.parked[name] = _Parked(name, items, head, head_key, share, scan, decided)
-        return True
+        self.budget -= stop - start + (stop < len(items))
+        scan.blocked_at = searches_failed if stop < len(items) else None
+        if stop == head:
+            return None
+        stop_key = heap_key(_at(items, stop), name, stop, share, self.levels_first) if stop < len(items) else None
+        parked = self.parked[name] = ParkedQueue(name, items, head, head_key, share, scan, decided, stop, stop_key)
+        return parked
 
     def settle_before(self, before: HeapKey | None, at: int, searched: Callable[[Resolved], None]) -> None:
         """Settle every parked workload the heap would pop before heap key ``before`` (None: all of them), as waits
-        preceding one-by-one decision number ``at``; the queues stay parked from their next workload on.
-        ``searched`` is told of each settled workload whose search would have failed, in order, so that the
+        preceding one-by-one decision number ``at``; the queues stay parked from their next workload on, up to their
+        stop. ``searched`` is told of each settled workload whose search would have failed, in order, so that the
         cycle remembers the failure as deciding it one by one would have."""
         for name in list(self.parked):
             q = self.parked[name]
             items, share = q.items, q.share
             if before is not None and q.head_key > before:
                 continue
-            end = len(items) if before is None else self._first_after(q, before)
+            end = q.stop if before is None else self._first_after(q, before)
             scan = q.scan
             for position in scan.pay:
                 if q.head <= position < end:
@@ -262,7 +288,7 @@ class Parking:
                     at,
                 )
             )
-            if end < len(items):
+            if end < q.stop:
                 q.head = end
                 q.head_key = heap_key(_at(items, end), name, end, share, self.levels_first)
             else:
@@ -270,14 +296,21 @@ class Parking:
 
     def unpark(self, heap: list[HeapKey]) -> None:
         """The state changed: every parked queue's next workload goes back into ``heap`` with the key it has had
-        since it became its queue's head."""
-        for q in self.parked.values():
-            heapq.heappush(heap, q.head_key)
+        since it became its queue's head, in place of the workload its parking stopped at."""
+        stops = {q.stop_key for q in self.parked.values() if q.stop_key is not None}
+        if stops:
+            heap[:] = [key for key in heap if key not in stops]
+            heap.extend(q.head_key for q in self.parked.values())
+            heapq.heapify(heap)
+        else:
+            for q in self.parked.values():
+                heapq.heappush(heap, q.head_key)
         self.parked.clear()
 
-    def _first_after(self, q: _Parked, before: HeapKey) -> int:
-        """The first position after the head whose key is above ``before`` (keys after the head rise: one share)."""
-        lo, hi = q.head + 1, len(q.items)
+    def _first_after(self, q: ParkedQueue, before: HeapKey) -> int:
+        """The first position after the head whose key is above ``before`` (keys after the head rise: one share), at
+        most the queue's stop."""
+        lo, hi = q.head + 1, q.stop
         while lo < hi:
             mid = (lo + hi) // 2
             if heap_key(_at(q.items, mid), q.name, mid, q.share, self.levels_first) < before:

@@ -560,7 +560,7 @@ class Simulation:
             blocked = ReasonCode.BLOCKED_BY_QUEUE_HEAD.value
             for wid, _head, _position in result.blocked_tail:
                 self._waits_for(records[wid], blocked, now)
-        for wait_code, ids in result.settled_runs():  # most waits of a saturated replay: _waits_for's test inline
+        for wait_code, ids in result.settled_news():  # most waits of a saturated replay: _waits_for's test inline
             value = wait_code.value
             for record in [r for r in map(records.__getitem__, ids) if r.wait_code != value]:
                 self._waits_for(record, value, now)
