@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 from typing import Any
 from unittest.mock import patch
 
@@ -18,8 +19,10 @@ import gpuplane.sim.engine as engine
 from gpuplane.model.events import SchedulingEvent
 from gpuplane.policy import parse_policy
 from gpuplane.scheduler.cycle import CycleResult
+from gpuplane.scheduler.pending import PendingQueues
 from gpuplane.scheduler.repeat import repeat_quietly
 from gpuplane.sim.engine import Simulation
+from gpuplane.sim.jobs import JobBook
 from gpuplane.sim.setup import size_cluster
 from gpuplane.sim.trace import Trace, TraceJob, TraceReport
 from gpuplane.sim.variants import VARIANTS, make_variant
@@ -57,6 +60,7 @@ SCHEDULING = [
     },
     {"defragmentation": {"enabled": True}, "preemption": {"reclaim_min_runtime_s": 900}},
     {"defragmentation": {"enabled": True, "min_run_age_per_wait": 0}, "preemption": {"min_runtime_s": 600}},
+    {"backfill": {"keep_reservations": True}, "starvation_guard_hours": 1},
 ]
 
 jobs_strategy = st.lists(
@@ -80,11 +84,18 @@ def _trace(jobs: list[tuple[str, int, int, float]]) -> Trace:
     return Trace(made, TraceReport("test", "<memory>", len(made)))
 
 
-def _replay(variant: str, scheduling: dict[str, Any], trace: Trace, repeat: bool) -> tuple[Any, list[Any]]:
+def _replay(
+    variant: str, scheduling: dict[str, Any], trace: Trace, repeat: bool, tell_changes: bool = True
+) -> tuple[Any, list[Any]]:
     cluster = size_cluster(_policy(scheduling), trace, 16)
     events: list[SchedulingEvent] = []
     result = Simulation(
-        make_variant(variant, cluster.policy), cluster.nodes, trace, on_event=events.append, repeat_quiet_cycles=repeat
+        make_variant(variant, cluster.policy),
+        cluster.nodes,
+        trace,
+        on_event=events.append,
+        repeat_quiet_cycles=repeat,
+        tell_pending_changes=tell_changes,
     ).run()
     jobs = sorted(
         (r.job.id, r.first_start, r.end, r.run_s, r.lost_s, r.preemptions, r.wait_code) for r in result.records
@@ -161,3 +172,62 @@ def test_a_replay_told_only_the_news_of_settled_waits_is_the_replay_told_every_o
     with patch.object(CycleResult, "settled_news", CycleResult.settled_runs):
         every = _replay(variant, scheduling, trace, True)
     assert news == every
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    jobs=jobs_strategy,
+    variant=st.sampled_from(VARIANTS),
+    scheduling=st.sampled_from(SCHEDULING),
+    repeat=st.booleans(),
+)
+def test_a_replay_that_tells_the_pending_changes_is_the_replay_that_passes_them_all(
+    jobs: list[tuple[str, int, int, float]], variant: str, scheduling: dict[str, Any], repeat: bool
+) -> None:
+    """The simulator tells each cycle which jobs came to wait or left since its last one (``JobBook.changes``: new
+    jobs, stopped runs, workloads replaced with a kept reservation or new figures) instead of the kept state finding
+    them in every pending job: the same replay, job by job and event by event."""
+    trace = _trace(jobs)
+    with patch.object(PendingQueues, "gather", _holding_what_is_pending):
+        told = _replay(variant, scheduling, trace, repeat, True)
+    assert told == _replay(variant, scheduling, trace, repeat, False)
+
+
+_gather = PendingQueues.gather
+
+
+def _holding_what_is_pending(self: PendingQueues, pending: Any, *args: Any) -> Any:
+    gathered = _gather(self, pending, *args)
+    assert set(self.resolved) == {id(w) for w in pending}, "the carried queues do not hold what is pending"
+    return gathered
+
+
+def test_workloads_replaced_for_their_kept_reservation_are_told() -> None:
+    """With ``keep_reservations`` the simulator replaces a reserved job's workload (``reserved_before``) while it is
+    pending: the carried queues hold the new object from the next cycle on (fails without ``JobBook.replaced``)."""
+    rnd = random.Random(1)
+    replaced: list[str] = []
+    original = JobBook.replaced
+
+    def counted(self: JobBook, record: Any) -> None:
+        replaced.append(record.job.id)
+        original(self, record)
+
+    for _ in range(4):
+        jobs = [
+            (
+                rnd.choice(TEAMS),
+                rnd.choice([1, 1, 2, 4, 8, 16]),
+                rnd.randint(0, 40),
+                rnd.choice([120.0, 3600.0, 20000.0]),
+            )
+            for _ in range(40)
+        ]
+        trace = _trace(jobs)
+        with (
+            patch.object(PendingQueues, "gather", _holding_what_is_pending),
+            patch.object(JobBook, "replaced", counted),
+        ):
+            told = _replay("gpuplane", SCHEDULING[-1], trace, True, True)
+        assert told == _replay("gpuplane", SCHEDULING[-1], trace, True, False)
+    assert replaced, "no reservation was kept: the traces do not test the replacement"

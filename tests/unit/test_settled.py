@@ -265,8 +265,7 @@ def test_settled_news_name_every_wait_the_runtime_may_not_know() -> None:
     assert away.id in first
     assert news(60.0, [w for w in pending if w is not away]) == set()
     assert away.id in news(90.0, pending), "a workload back in the queues is news"
-    heads = pending[:3]  # a's first workloads leave: the next one becomes the head and is decided one by one
-    decided = run_cycle(kept, 120.0, pending[3:])
+    decided = run_cycle(kept, 120.0, pending[3:])  # a's first three leave: the next is the head, decided one by one
     head = pending[3]
     assert head.id in {d.workload_id for d in decided.decided}
     assert head.id not in {wid for _, ids in decided.settled_news() for wid in ids}

@@ -32,6 +32,7 @@ from gpuplane.scheduler.admission import CAPACITY_CODES, Admitter, Failure, Fit
 from gpuplane.scheduler.backfill import find_reservation
 from gpuplane.scheduler.defragment import DefragPlan, plan_defragmentation
 from gpuplane.scheduler.index import PolicyIndex
+from gpuplane.scheduler.pending import PendingChanges
 from gpuplane.scheduler.preemption import plan_preemption, refused_at_once
 from gpuplane.scheduler.reasons import make_reason
 from gpuplane.scheduler.resolve import FlavorOption, InvalidWorkload, Resolved, queueing_delay
@@ -195,23 +196,30 @@ def schedule(
 
 
 def run_cycle(
-    state: CycleState, now: float, pending: Sequence[Workload], load: LoadSignals | None = None
+    state: CycleState,
+    now: float,
+    pending: Sequence[Workload],
+    load: LoadSignals | None = None,
+    changes: PendingChanges | None = None,
 ) -> CycleResult:
     """The same cycle on a state a runtime keeps: decide at ``now`` and leave ``state`` with the decisions applied.
 
     ``schedule`` is this on a state built from a snapshot; a runtime that applies every decision at once
     (the simulator) calls it on one long-lived state, so the decisions are identical to ``schedule`` on
-    the equivalent snapshot (tested) while a cycle costs only what is pending, not the whole cluster.
+    the equivalent snapshot (tested) while a cycle costs only what is pending, not the whole cluster. A runtime
+    that knows what changed in ``pending`` since its last call besides this state's admissions passes it as
+    ``changes``: a kept state's carried queues then need no pass over ``pending`` to find it.
     """
     state.begin_cycle(now, load)
-    return _Cycle(state, pending).run()
+    return _Cycle(state, pending, changes).run()
 
 
 class _Cycle:
-    def __init__(self, state: CycleState, pending: Sequence[Workload]) -> None:
+    def __init__(self, state: CycleState, pending: Sequence[Workload], changes: PendingChanges | None = None) -> None:
         index = state.index
         self.index = index
         self.pending = pending
+        self.changes_told = changes
         self.st = state
         self.admitter = Admitter(self.st)
         self.decisions: list[Decision] = []
@@ -298,7 +306,8 @@ class _Cycle:
         if carried:
             # a kept state's queues, carried from its last cycle (in strict mode the heap's own order decides the
             # bulk tail's, so the queues are built in the order passed there)
-            gathered = self.st.gather(self.pending, self.index.policy.scheduling.backfill.keep_reservations)
+            keep = self.index.policy.scheduling.backfill.keep_reservations
+            gathered = self.st.gather(self.pending, keep, self.changes_told)
             for w, exc in gathered.invalid:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
             queues, next_promote, next_yield = gathered.queues, gathered.next_promote, gathered.next_yield

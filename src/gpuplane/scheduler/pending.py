@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, not_
@@ -41,6 +41,16 @@ class Gathered:
     """The earliest end of a yield."""
 
 
+@dataclass(frozen=True, slots=True)
+class PendingChanges:
+    """What a runtime knows changed in the pending workloads it passes since its last cycle on a kept state, besides
+    the admissions that state made: the workload objects it passes now and did not then (new work, stopped runs
+    back, workloads replaced by another object), and those it passed then and no longer does for another reason."""
+
+    arrived: Sequence[Workload]
+    left: Sequence[Workload]
+
+
 @dataclass(slots=True)
 class PendingQueues:
     """The pending workloads of a kept state, each resolved, per queue in queue order (``Resolved.order``)."""
@@ -57,6 +67,8 @@ class PendingQueues:
     sequence: int = 0
     generation: int = -1
     """The generation of the kept resolutions these were made from (``Resolutions.generation``)."""
+    had_invalid: bool = False
+    """Whether the last gather found a workload it could not resolve (it is looked for in every ``pending`` then)."""
 
     def gather(
         self,
@@ -67,13 +79,17 @@ class PendingQueues:
         guard_s: float | None,
         keep_reservations: bool,
         generation: int,
+        changes: PendingChanges | None = None,
     ) -> Gathered:
         """Bring the queues up to ``pending`` at ``now`` and return them: arrivals resolved (``resolve``: the state's
         kept resolutions first), departures dropped, and, as a full pass over ``pending`` would do for each
         workload, work promoted when its wait reaches the guard ``guard_s`` (or when it kept a reservation, with
         ``keep_reservations``) and yields ended at their time. ``generation`` changes when the kept resolutions
-        were forgotten: everything is resolved afresh then, as a full pass would."""
-        if generation != self.generation:
+        were forgotten: everything is resolved afresh then, as a full pass would. With the runtime's ``changes`` since
+        the last gather, arrivals and departures are taken from them instead of being looked for in ``pending`` (not
+        after a new generation, nor while a workload passed is invalid, which the cycle reports every time)."""
+        fresh = generation != self.generation
+        if fresh:
             self.resolved.clear()
             self.queues.clear()
             self.promotions.clear()
@@ -89,20 +105,23 @@ class PendingQueues:
                 assert queue[at] is r, "an admitted workload is not where its order puts it"
                 del queue[at]
         self.admitted.clear()
-        keys = list(map(id, pending))
-        held = list(map(resolved.__contains__, keys))
-        still = held.count(True)
-        if still != len(resolved):  # work left the queues other than by admission: find it
-            dropped: dict[str, set[int]] = {}
-            for key in resolved.keys() - set(keys):
-                r = resolved.pop(key)
-                dropped.setdefault(r.queue.name, set()).add(id(r))
-            for name, ids in dropped.items():
-                queue = self.queues[name]
-                queue[:] = compress(queue, map(not_, map(ids.__contains__, map(id, queue))))
+        arrivals: Iterable[Workload]
+        if changes is not None and not fresh and not self.had_invalid:
+            for w in changes.left:
+                gone = resolved.pop(id(w), None)
+                if gone is not None:
+                    queue = self.queues[gone.queue.name]
+                    at = bisect_left(queue, gone.order, key=_order)
+                    assert queue[at] is gone, "a workload that left is not where its order puts it"
+                    del queue[at]
+            arrivals = changes.arrived
+        else:
+            arrivals = self._found(pending)
         invalid: list[tuple[Workload, InvalidWorkload]] = []
         arrived: dict[str, list[Resolved]] = {}
-        for w in compress(pending, map(not_, held)) if still != len(pending) else ():
+        for w in arrivals:
+            if id(w) in resolved:  # told of again: it is where it was
+                continue
             try:
                 r = resolve(w)
             except InvalidWorkload as exc:
@@ -126,10 +145,28 @@ class PendingQueues:
             else:
                 for r in rs:
                     insort(queue, r, key=_order)
+        self.had_invalid = bool(invalid)
         queues: dict[str, list[Resolved | None]] = {name: list(q) for name, q in self.queues.items() if q}
         return Gathered(
             queues, invalid, self._earliest(self.promotions, _unpromoted), self._earliest(self.yields, _yielding)
         )
+
+    def _found(self, pending: Sequence[Workload]) -> Iterable[Workload]:
+        """The workloads of ``pending`` not held, after dropping those held and no longer passed (by object identity,
+        in passes that take no Python step per workload)."""
+        resolved = self.resolved
+        keys = list(map(id, pending))
+        held = list(map(resolved.__contains__, keys))
+        still = held.count(True)
+        if still != len(resolved):  # work left the queues other than by admission: find it
+            dropped: dict[str, set[int]] = {}
+            for key in resolved.keys() - set(keys):
+                r = resolved.pop(key)
+                dropped.setdefault(r.queue.name, set()).add(id(r))
+            for name, ids in dropped.items():
+                queue = self.queues[name]
+                queue[:] = compress(queue, map(not_, map(ids.__contains__, map(id, queue))))
+        return compress(pending, map(not_, held)) if still != len(pending) else ()
 
     def leave(self, r: Resolved) -> None:
         """``r`` was admitted: it leaves its queue at the next ``gather`` (a runtime that passes it again gets it back

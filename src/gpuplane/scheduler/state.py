@@ -15,7 +15,7 @@ from gpuplane.model.placement import Placement, PodPlacement
 from gpuplane.model.workload import RunningWorkload, Workload
 from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
 from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_level
-from gpuplane.scheduler.pending import Gathered, PendingQueues
+from gpuplane.scheduler.pending import Gathered, PendingChanges, PendingQueues
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
@@ -206,10 +206,13 @@ class CycleState:
         self._resolved[w.id] = (w, r)
         return r
 
-    def gather(self, pending: Sequence[Workload], keep_reservations: bool) -> Gathered:
+    def gather(
+        self, pending: Sequence[Workload], keep_reservations: bool, changes: PendingChanges | None = None
+    ) -> Gathered:
         """The pending workloads per queue in queue order, promoted and claimed as of this cycle, carried from the last
-        cycle and updated with what changed (``scheduler.pending``): what a kept state's cycle reads instead of
-        resolving and sorting every pending workload again."""
+        cycle and updated with what changed (``scheduler.pending``; the runtime's ``changes`` since its last cycle, if
+        it tells them): what a kept state's cycle reads instead of resolving and sorting every pending workload
+        again."""
         return self._pending.gather(
             pending,
             self.resolve,
@@ -218,6 +221,7 @@ class CycleState:
             self.guard_s,
             keep_reservations,
             self._resolutions.generation,
+            changes,
         )
 
     def leave_pending(self, r: Resolved) -> None:

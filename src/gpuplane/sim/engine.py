@@ -185,6 +185,7 @@ class Simulation:
         node_tick_s: float = 60.0,
         on_node: Callable[[float, NodeChange, str, str], None] | None = None,
         repeat_quiet_cycles: bool = True,
+        tell_pending_changes: bool = True,
     ) -> None:
         """``quotas_of``: the policy whose nominal quotas are the guarantees measured (``quota_owed``); a
         comparison passes the user's policy so that policies without quotas are held to the same ones.
@@ -194,7 +195,9 @@ class Simulation:
         ticks. ``on_node``: receives every node the autoscaler orders, that finishes booting (``join``) and that
         it removes, as (time, change, pool, node). ``repeat_quiet_cycles``: a cycle that would change nothing after
         one that changed nothing is answered from it (``scheduler.repeat``: the same decisions, not run again); not
-        with ``on_cycle`` or node autoscaling, which read every cycle's decisions."""
+        with ``on_cycle`` or node autoscaling, which read every cycle's decisions. ``tell_pending_changes``: each cycle
+        is told which jobs came to wait or stopped waiting since the last one (``JobBook.changes``), so that the kept
+        state finds them without a pass over every pending job (the same decisions either way)."""
         self.variant = variant
         self.policy: PolicySpec = variant.policy
         self.index = PolicyIndex(self.policy)
@@ -217,6 +220,7 @@ class Simulation:
         self.accounts = SimAccounts(self.policy, on_event)
         self.on_cycle = on_cycle
         self.on_node = on_node
+        self.tell_changes = tell_pending_changes
         self.state.record_quiet = repeat_quiet_cycles and on_cycle is None and self.scaler is None
         self._trace_jobs = len({job.id for job in trace.jobs})
         """Jobs to finish (the trace's jobs are keyed by id)."""
@@ -532,7 +536,7 @@ class Simulation:
             for workload_id, code in repeated:
                 self._waits_for(records[workload_id], code.value, now)
         else:
-            result = run_cycle(self.state, now, pending, load)
+            result = run_cycle(self.state, now, pending, load, self.jobs.changes() if self.tell_changes else None)
             if self.on_cycle is not None:
                 self.on_cycle(now, result)
             self._apply(result, now)
@@ -584,3 +588,4 @@ class Simulation:
             record = self.jobs.pending.get(view.workload_id)
             if record is not None and not record.workload.reserved_before:
                 record.workload = dataclasses.replace(record.workload, reserved_before=True)
+                self.jobs.replaced(record)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuplane.model import PodSet, Workload
+from gpuplane.scheduler.pending import PendingChanges
 from gpuplane.sim.trace import TraceJob
 
 AWAITING_CYCLE = "awaiting_cycle"
@@ -43,6 +44,9 @@ class JobRecord:
     """Why it waits now: the reason code of its latest wait decision, else of its stop (``awaiting_cycle``
     before its first)."""
     wait_since: float = 0.0
+    passed: Workload | None = None
+    """The workload object the scheduler's kept state was last told is pending for this job (``JobBook.changes``);
+    None while it runs or before it was told."""
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds of service received so far, including the current run."""
@@ -71,11 +75,13 @@ def pods_for(job: TraceJob, gpus_per_node: int, sharing: bool = False) -> PodSet
 class JobBook:
     """Every job's record, the jobs waiting (pending), and their waiting per team and reason code."""
 
-    __slots__ = ("finished", "pending", "records", "stops", "untyped", "wait_s", "waiting")
+    __slots__ = ("finished", "pending", "records", "stops", "touched", "untyped", "wait_s", "waiting")
 
     def __init__(self) -> None:
         self.records: dict[str, JobRecord] = {}
         self.pending: dict[str, JobRecord] = {}
+        self.touched: dict[str, None] = {}
+        """Jobs whose pending workload may have changed since the scheduler was last told (``changes``), in order."""
         self.finished = 0
         self.untyped = 0
         """Jobs whose GPU types no pool has (they may use any pool)."""
@@ -90,13 +96,39 @@ class JobBook:
         """A new job waits, under ``awaiting_cycle`` from its ``wait_since``."""
         self.records[record.job.id] = record
         self.pending[record.job.id] = record
+        self.touched[record.job.id] = None
         self._count_wait(record.wait_code, 1)
 
     def started(self, record: JobRecord, now: float) -> None:
-        """A pending job starts a run: its waiting so far is counted."""
+        """A pending job starts a run (the scheduler admitted it: its kept state no longer holds it as pending): its
+        waiting so far is counted."""
         self.close_wait(record, now)
         del self.pending[record.job.id]
+        record.passed = None
         self._count_wait(record.wait_code, -1)
+
+    def replaced(self, record: JobRecord) -> None:
+        """The job's workload object was replaced (its figures changed): the scheduler is told at its next cycle."""
+        self.touched[record.job.id] = None
+
+    def changes(self) -> PendingChanges:
+        """What changed in the pending workloads since the scheduler was last told, besides its admissions (``passed``):
+        the workload objects pending now that it was not told of, and those it was told of that are gone."""
+        arrived: list[Workload] = []
+        left: list[Workload] = []
+        pending, records = self.pending, self.records
+        for job_id in self.touched:
+            record = records[job_id]
+            now = record.workload if job_id in pending else None
+            before = record.passed
+            if before is not now:
+                if before is not None:
+                    left.append(before)
+                if now is not None:
+                    arrived.append(now)
+                record.passed = now
+        self.touched.clear()
+        return PendingChanges(arrived, left)
 
     def stopped(self, record: JobRecord, reason: str, now: float) -> None:
         """A run was stopped for ``reason``: the job waits again, under that reason until a cycle looks at it."""
@@ -105,6 +137,7 @@ class JobBook:
         record.wait_code, record.wait_since = reason, now
         self._count_wait(reason, 1)
         self.pending[record.job.id] = record
+        self.touched[record.job.id] = None
 
     def rewait(self, record: JobRecord, code: str, now: float) -> None:
         """A cycle left the job waiting for another reason, ``code``: from now on its waiting counts there."""
