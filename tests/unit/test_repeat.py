@@ -75,6 +75,10 @@ jobs_strategy = st.lists(
 )
 
 
+replays = given(jobs=jobs_strategy, variant=st.sampled_from(VARIANTS), scheduling=st.sampled_from(SCHEDULING))
+"""Random replays: jobs, a policy variant and the scheduling options."""
+
+
 def _trace(jobs: list[tuple[str, int, int, float]]) -> Trace:
     made = [
         TraceJob(f"j{i:02d}", team, float(minute * 60), duration, gpus)
@@ -109,11 +113,7 @@ def _replay(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    jobs=jobs_strategy,
-    variant=st.sampled_from(VARIANTS),
-    scheduling=st.sampled_from(SCHEDULING),
-)
+@replays
 def test_a_replay_that_repeats_quiet_cycles_is_the_replay_that_runs_them(
     jobs: list[tuple[str, int, int, float]], variant: str, scheduling: dict[str, Any]
 ) -> None:
@@ -156,11 +156,7 @@ def test_a_promotion_due_between_two_quiet_cycles_is_not_repeated_over() -> None
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    jobs=jobs_strategy,
-    variant=st.sampled_from(VARIANTS),
-    scheduling=st.sampled_from(SCHEDULING),
-)
+@replays
 def test_a_replay_told_only_the_news_of_settled_waits_is_the_replay_told_every_one(
     jobs: list[tuple[str, int, int, float]], variant: str, scheduling: dict[str, Any]
 ) -> None:

@@ -34,6 +34,20 @@ def _full_cluster() -> tuple[PolicyIndex, list, list[RunningWorkload]]:  # type:
     return PolicyIndex(p), nodes(p, train=8), _whole_nodes_held(4)
 
 
+def _one_gpu_free_for_b() -> tuple[PolicyIndex, list, list[RunningWorkload]]:  # type: ignore[type-arg]
+    """The full cluster, but team b's last node runs a 7-GPU job: one GPU of b's nominal quota is free."""
+    index, node_list, running = _full_cluster()
+    running = [r for r in running if r.workload.id != "b-run3"]
+    running.append(
+        RunningWorkload(
+            job("b-small", "b", gpus=7, t=-100.0),
+            Placement("train", "h100", (PodPlacement("train-0007", tuple(range(7))),)),
+            -100.0,
+        )
+    )
+    return index, node_list, running
+
+
 def test_a_saturated_cycle_settles_and_decides_as_the_full_cycle() -> None:
     """200 jobs of team a wait for the cohort's quota (every GPU is held within nominal quotas): after the first
     head's search fails the rest is decided in bulk, with the decisions of the cycle that steps every head."""
@@ -58,15 +72,7 @@ def test_a_saturated_cycle_settles_and_decides_as_the_full_cycle() -> None:
 def test_a_workload_that_may_still_be_admitted_keeps_the_cycle_stepping() -> None:
     """Team b's GPU frees up; its 8-GPU head waits for the cohort's quota, but a 1-GPU job behind it fits b's
     nominal quota: the cycle may not settle before that job is admitted, then settles the rest."""
-    index, node_list, running = _full_cluster()
-    running = [r for r in running if r.workload.id != "b-run3"]
-    running.append(
-        RunningWorkload(
-            job("b-small", "b", gpus=7, t=-100.0),
-            Placement("train", "h100", (PodPlacement("train-0007", tuple(range(7))),)),
-            -100.0,
-        )
-    )
+    index, node_list, running = _one_gpu_free_for_b()
     pending = [job(f"a{i}", "a", gpus=2, t=float(i)) for i in range(50)]
     pending += [job("b-big", "b", gpus=8, t=1.0), job("b-one", "b", gpus=1, t=60.0)]
     snapshot = ClusterSnapshot(0.0, node_list, running, pending)
@@ -82,15 +88,7 @@ def test_a_queue_parks_up_to_a_workload_that_may_still_be_admitted() -> None:
     """Team b's 8-GPU jobs wait for the cohort's quota, and a 1-GPU job at the end of b's queue fits b's nominal
     quota: the jobs before it are settled in bulk, the 1-GPU job keeps b's place in the heap and is admitted in its
     turn, with the one-by-one cycle's decisions, figures and order."""
-    index, node_list, running = _full_cluster()
-    running = [r for r in running if r.workload.id != "b-run3"]
-    running.append(
-        RunningWorkload(
-            job("b-small", "b", gpus=7, t=-100.0),
-            Placement("train", "h100", (PodPlacement("train-0007", tuple(range(7))),)),
-            -100.0,
-        )
-    )
+    index, node_list, running = _one_gpu_free_for_b()
     pending = [job(f"a{i}", "a", gpus=2, t=float(i)) for i in range(50)]
     pending += [job(f"b-big{i}", "b", gpus=8, t=1.0 + i) for i in range(40)] + [job("b-one", "b", gpus=1, t=60.0)]
     snapshot = ClusterSnapshot(0.0, node_list, running, pending)
