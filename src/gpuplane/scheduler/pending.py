@@ -5,8 +5,9 @@ each one's resolution, testing it for promotion and sorting every queue again co
 thousands waiting more than its decisions do. ``PendingQueues`` keeps the queues sorted and applies only what
 changed since the last cycle: the workloads admitted (told by the cycle), the others that arrived or left (told by
 the runtime, ``PendingChanges``, or else found by object identity in passes that take no Python step per workload),
-and the few that the starvation guard promotes or whose yield ends, kept in heaps by the time they do. The cycle reads the queues this builds, which are exactly what
-resolving and sorting every pending workload would give (the property tests compare both cycles).
+and the few that the starvation guard promotes or whose yield ends, kept in heaps by the time they do. The cycle
+reads the queues this builds, which are exactly what resolving and sorting every pending workload would give (the
+property tests compare both cycles).
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
 In an oversubscribed cluster most of a cycle is spent telling thousands of waiting workloads that their
 queue's quota is still used up, or that there are no GPUs for them. A cycle decides its queue heads one at a
-time in heap order. When every undecided workload of a queue would wait without changing anything (its quota
+time in heap order. When the undecided workloads of a queue would wait without changing anything (its quota
 verdict fails against the ledger as it stands, or its quota admits it but its one pool's placement failure is
 already known, moving runs for it already failed and no reservation can be made; and a preemption search for
-its shape already failed this cycle or is refused by the search's cheap tests; or no pool can take it), the
-queue is parked: taken out of the heap, its workloads' outcomes kept.
+its shape already failed this cycle or is refused by the search's cheap tests; or no pool can take it), up to its
+first workload that might change the state or to its end, they are parked: taken out of the heap, their outcomes
+kept; that first workload takes their place in the heap and is decided one by one in its turn.
 Before each decision the cycle takes one by one, the parked workloads the heap would have popped first are
 settled with their outcomes (a failed search remembered as stepping the first of its shape would have);
 after an admission (the only change of the ledger and of free GPUs) or a reservation (which changes where
@@ -201,8 +202,8 @@ class Parking:
     def __init__(self, levels_first: bool, budget: int) -> None:
         self.levels_first = levels_first
         self.budget = budget
-        """Workloads the scans may still look at this cycle: a scan that meets a workload that may change the
-        state has cost its length for nothing, so a cycle looks at most at about twice its queue."""
+        """Workloads the scans may still look at this cycle: every admission sends the parked queues back to be
+        scanned again, so a cycle's scans look at most at about twice its queue."""
         self.parked: dict[str, ParkedQueue] = {}
         self.settled: list[SettledQueue] = []
         self._scans: dict[str, _Scan] = {}
