@@ -352,8 +352,6 @@ class _Cycle:
                         following,
                         self._share(head, name),
                         self._quiet_wait,
-                        changes,
-                        self._learned(),
                         len(self.decisions),
                         self.quiet,
                     )

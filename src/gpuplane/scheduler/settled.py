@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 from typing import Any
@@ -91,27 +91,30 @@ class SettledQueue:
         """The ``index``-th settled workload."""
         return _at(self.items, self.start + index)
 
-    def runs(self) -> Iterator[tuple[ReasonCode, int, list[str]]]:
-        """The waits as runs of one code: (code, index of the run's first wait, the run's workload ids), so that a
-        runtime compares each waiting job's last code with the run's value without a step per wait in between."""
+    def _spans(self) -> Iterator[tuple[ReasonCode, list[Resolved | None]]]:
+        """The settled workloads as runs of one wait code, in the queue's order: (code, the run's workloads)."""
         items, first = self.items, self.start
         shift = self.base
         for code, run in groupby(self.outcomes[self.start - shift : self.end - shift], key=_code):
             count = len(list(run))
-            ids = [r.workload.id for r in items[first : first + count] if r is not None]
-            assert len(ids) == count, "a settled position was decided one by one"
-            yield code, first - self.start, ids
+            yield code, items[first : first + count]
             first += count
+
+    def runs(self) -> Iterator[tuple[ReasonCode, int, list[str]]]:
+        """The waits as runs of one code: (code, index of the run's first wait, the run's workload ids), so that a
+        runtime compares each waiting job's last code with the run's value without a step per wait in between."""
+        first = 0
+        for code, span in self._spans():
+            ids = [r.workload.id for r in span if r is not None]
+            assert len(ids) == len(span), "a settled position was decided one by one"
+            yield code, first, ids
+            first += len(span)
 
     def news(self) -> Iterator[tuple[ReasonCode, list[str]]]:
         """The waits whose code the runtime was not told last (``Resolved.told``), as runs of one code: (code, workload
         ids); each is marked told. For a kept state's carried queues, whose runtime applies every wait it reads."""
-        items, first = self.items, self.start
-        shift = self.base
-        for code, run in groupby(self.outcomes[self.start - shift : self.end - shift], key=_code):
-            count = len(list(run))
-            news = [r for r in items[first : first + count] if r is not None and r.told is not code]
-            first += count
+        for code, span in self._spans():
+            news = [r for r in span if r is not None and r.told is not code]
             if news:
                 for r in news:
                     r.told = code
@@ -163,22 +166,6 @@ def with_settled(
 
 
 @dataclass(slots=True)
-class _Scan:
-    """What is known of one queue's undecided workloads since the cycle's last admission or reservation: those from
-    ``base`` on wait quietly (``outcomes``), up to the first that might not, if one was found (``blocked_at``: the
-    failures learned then; more of them may make it wait quietly too)."""
-
-    changes: int
-    base: int
-    outcomes: list[Outcome] = field(default_factory=list)
-    blocked_at: int | None = None
-    pay: list[int] = field(default_factory=list)
-    """Positions of the first workload of each shape whose search would fail: settling it remembers the failure,
-    which the others of its shape, settled after it, then find (so they need not)."""
-    paid: set[int] = field(default_factory=set)
-
-
-@dataclass(slots=True)
 class ParkedQueue:
     """One queue out of the cycle's heap: its workloads from ``head`` up to ``stop`` wait quietly. When a workload
     after them might change the state, it stays in the heap in their place (``stop_key``): the heap pops it in
@@ -189,7 +176,13 @@ class ParkedQueue:
     head: int
     head_key: HeapKey
     share: float
-    scan: _Scan
+    base: int
+    """The head when it was parked: ``outcomes[0]`` is that workload's."""
+    outcomes: list[Outcome]
+    """How each workload from ``base`` up to ``stop`` waits."""
+    pay: list[int]
+    """Positions of the first workload of each shape whose search would fail, not settled yet: settling it
+    remembers the failure, which the others of its shape, settled after it, then find (so they need not)."""
     parked_at: int
     stop: int
     stop_key: HeapKey | None
@@ -206,7 +199,6 @@ class Parking:
         scanned again, so a cycle's scans look at most at about twice its queue."""
         self.parked: dict[str, ParkedQueue] = {}
         self.settled: list[SettledQueue] = []
-        self._scans: dict[str, _Scan] = {}
 
     def try_park(
         self,
@@ -216,28 +208,22 @@ class Parking:
         head_key: HeapKey,
         share: float,
         quiet: Callable[[Resolved], Outcome | None],
-        changes: int,
-        searches_failed: int,
         decided: int,
         known: Mapping[int, Outcome],
     ) -> ParkedQueue | None:
         """Park queue ``name`` from ``head`` on up to its first workload that might not wait quietly (or to its
         end): the parked queue, whose ``stop_key`` (None: the whole rest is parked) the caller puts in its heap in
-        place of ``head_key``; None when ``head`` itself might not wait quietly. ``changes`` counts the cycle's
-        admissions and reservations so far, ``searches_failed`` the failures it has learned (searches, placements,
-        reservations), ``decided`` its decisions taken one by one. ``known`` is ``quiet``'s own outcomes per shape
-        (read first: a long tail is mostly shapes seen)."""
-        scan = self._scans.get(name)
-        if scan is None or scan.changes != changes or head > scan.base + len(scan.outcomes):
-            scan = self._scans[name] = _Scan(changes, head)
-        elif scan.blocked_at == searches_failed and head == scan.base + len(scan.outcomes):
-            return None
+        place of ``head_key``; None when ``head`` itself might not wait quietly. ``decided`` counts the cycle's
+        decisions taken one by one. ``known`` is ``quiet``'s own outcomes per shape (read first: a long tail is mostly
+        shapes seen). A queue is scanned afresh each time: it is parked again only after its stop was decided one by
+        one or after a change sent it back, which may change every outcome."""
         if self.budget <= 0:
             return None
-        outcomes, pay, paid = scan.outcomes, scan.pay, scan.paid
-        start = scan.base + len(outcomes)
+        outcomes: list[Outcome] = []
+        pay: list[int] = []
+        paid: set[int] = set()
         stop = len(items)
-        for position in range(start, stop):
+        for position in range(head, stop):
             r = items[position]
             assert r is not None
             outcome = known.get(r.shape) if r.options else None
@@ -250,12 +236,12 @@ class Parking:
                 paid.add(id(outcome))
                 pay.append(position)
             outcomes.append(outcome)
-        self.budget -= stop - start + (stop < len(items))
-        scan.blocked_at = searches_failed if stop < len(items) else None
+        self.budget -= stop - head + (stop < len(items))
         if stop == head:
             return None
         stop_key = heap_key(_at(items, stop), name, stop, share, self.levels_first) if stop < len(items) else None
-        parked = self.parked[name] = ParkedQueue(name, items, head, head_key, share, scan, decided, stop, stop_key)
+        parked = ParkedQueue(name, items, head, head_key, share, head, outcomes, pay, decided, stop, stop_key)
+        self.parked[name] = parked
         return parked
 
     def settle_before(self, before: HeapKey | None, at: int, searched: Callable[[Resolved], None]) -> None:
@@ -269,11 +255,10 @@ class Parking:
             if before is not None and q.head_key > before:
                 continue
             end = q.stop if before is None else self._first_after(q, before)
-            scan = q.scan
-            for position in scan.pay:
+            for position in q.pay:
                 if q.head <= position < end:
                     searched(_at(items, position))
-            scan.pay = [position for position in scan.pay if position >= end]
+            q.pay = [position for position in q.pay if position >= end]
             self.settled.append(
                 SettledQueue(
                     name,
@@ -283,8 +268,8 @@ class Parking:
                     items,
                     q.head,
                     end,
-                    scan.outcomes,
-                    scan.base,
+                    q.outcomes,
+                    q.base,
                     q.parked_at,
                     at,
                 )
@@ -299,13 +284,10 @@ class Parking:
         """The state changed: every parked queue's next workload goes back into ``heap`` with the key it has had
         since it became its queue's head, in place of the workload its parking stopped at."""
         stops = {q.stop_key for q in self.parked.values() if q.stop_key is not None}
-        if stops:
+        if stops:  # a heap of queue heads: one per queue, a few dozen at most
             heap[:] = [key for key in heap if key not in stops]
-            heap.extend(q.head_key for q in self.parked.values())
-            heapq.heapify(heap)
-        else:
-            for q in self.parked.values():
-                heapq.heappush(heap, q.head_key)
+        heap.extend(q.head_key for q in self.parked.values())
+        heapq.heapify(heap)
         self.parked.clear()
 
     def _first_after(self, q: ParkedQueue, before: HeapKey) -> int:
