@@ -101,20 +101,14 @@ class PendingQueues:
         for r in self.admitted:
             if resolved.get(id(r.workload)) is r:
                 del resolved[id(r.workload)]
-                queue = self.queues[r.queue.name]
-                at = bisect_left(queue, r.order, key=_order)
-                assert queue[at] is r, "an admitted workload is not where its order puts it"
-                del queue[at]
+                self._unqueue(r)
         self.admitted.clear()
         arrivals: Iterable[Workload]
         if changes is not None and not fresh and not self.had_invalid:
             for w in changes.left:
                 gone = resolved.pop(id(w), None)
                 if gone is not None:
-                    queue = self.queues[gone.queue.name]
-                    at = bisect_left(queue, gone.order, key=_order)
-                    assert queue[at] is gone, "a workload that left is not where its order puts it"
-                    del queue[at]
+                    self._unqueue(gone)
             arrivals = changes.arrived
         else:
             arrivals = self._found(pending)
@@ -184,6 +178,13 @@ class PendingQueues:
             self.sequence += 1
             heapq.heappush(self.yields, (r.yield_until, self.sequence, r))
 
+    def _unqueue(self, r: Resolved) -> None:
+        """Take ``r`` out of its queue, where its order puts it."""
+        queue = self.queues[r.queue.name]
+        at = bisect_left(queue, r.order, key=_order)
+        assert queue[at] is r, "a workload is not where its order puts it in its queue"
+        del queue[at]
+
     def _current(self, r: Resolved) -> bool:
         return self.resolved.get(id(r.workload)) is r
 
@@ -195,10 +196,7 @@ class PendingQueues:
             _, _, r = heapq.heappop(heap)
             if r.promoted or not self._current(r):
                 continue
-            queue = self.queues[r.queue.name]
-            at = bisect_left(queue, r.order, key=_order)
-            assert queue[at] is r
-            del queue[at]
+            self._unqueue(r)
             r.promote(index)
             moved.setdefault(r.queue.name, []).append(r)
 

@@ -119,14 +119,14 @@ class JobBook:
         pending, records = self.pending, self.records
         for job_id in self.touched:
             record = records[job_id]
-            now = record.workload if job_id in pending else None
+            current = record.workload if job_id in pending else None
             before = record.passed
-            if before is not now:
+            if before is not current:
                 if before is not None:
                     left.append(before)
-                if now is not None:
-                    arrived.append(now)
-                record.passed = now
+                if current is not None:
+                    arrived.append(current)
+                record.passed = current
         self.touched.clear()
         return PendingChanges(arrived, left)
 
