@@ -6,8 +6,10 @@ from typing import Any
 
 import yaml
 
+from gpuplane.autoscale.nodes import CAPACITY_WAITS
 from gpuplane.model import (
     ClusterSnapshot,
+    DecisionKind,
     Node,
     PodSet,
     RunningWorkload,
@@ -15,6 +17,7 @@ from gpuplane.model import (
     Workload,
     WorkloadClass,
 )
+from gpuplane.model.decision import ReasonCode
 from gpuplane.policy import PolicySpec, parse_policy
 from gpuplane.policy.nodes import pool_nodes
 from gpuplane.scheduler import CycleResult, PolicyIndex, schedule
@@ -166,6 +169,12 @@ def count_calls(monkeypatch: Any, module: Any, name: str, label: Any) -> list[st
     return calls
 
 
+QUOTA_WAITS = frozenset(
+    {ReasonCode.COHORT_QUOTA_EXHAUSTED, ReasonCode.QUOTA_NOMINAL_EXCEEDED, ReasonCode.NO_ELIGIBLE_POOL}
+)
+"""Waits more nodes could not end, to check that ``CycleResult.waiting_for`` filters by its codes."""
+
+
 def assert_settled_as_one_by_one(result: CycleResult, one_by_one: CycleResult) -> None:
     """Each settled queue's runs of wait codes name its workloads in the order, and with the codes, that the cycle
     deciding one head at a time gives them (it decides a queue's workloads in the queue's order)."""
@@ -173,3 +182,7 @@ def assert_settled_as_one_by_one(result: CycleResult, one_by_one: CycleResult) -
         settled = [(wid, code) for code, _, ids in queue.runs() for wid in ids]
         named = {wid for wid, _ in settled}
         assert settled == [(d.workload_id, d.reason.code) for d in one_by_one.decisions if d.workload_id in named]
+    for codes in (CAPACITY_WAITS, QUOTA_WAITS):
+        assert result.waiting_for(codes) == [
+            d.workload_id for d in one_by_one.decisions if d.kind is DecisionKind.WAIT and d.reason.code in codes
+        ], "the waits a node autoscaler reads are not the one-by-one cycle's, in its order"

@@ -181,6 +181,8 @@ def test_work_that_waits_for_gpus_settles_and_decides_as_the_full_cycle() -> Non
     codes = [d.reason.code.value for d in full.decisions]
     assert codes.count("reserved") == 1
     assert set(codes) <= {"reserved", "insufficient_capacity", "would_delay_reservation"}
+    assert {code.value for _, code in result.settled_waits()} >= {"insufficient_capacity"}
+    assert_settled_as_one_by_one(result, full)
 
 
 def test_a_reservation_made_while_queues_are_parked_sends_them_back() -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpuplane.model.decision import Decision, DecisionKind, ReasonCode
+from gpuplane.model.decision import ReasonCode
 from gpuplane.policy.schema import PolicySpec, PoolSpec
 from gpuplane.scheduler.resolve import Resolved
 
@@ -84,32 +84,31 @@ class PendingDemand:
 
 def capacity_demand(
     policy: PolicySpec,
-    decided: Iterable[Decision],
+    waiting: Iterable[str],
     resolved_of: Callable[[str], Resolved | None],
     limit_gpus: float = math.inf,
 ) -> list[PendingDemand]:
     """The work a scheduling cycle left waiting for capacity, in the scheduler's order, as node demand.
 
-    ``resolved_of`` finds a still-pending workload's resolution (None: gone since the cycle). Stops once
-    ``limit_gpus`` are asked for: a runtime that can add no more than that gains nothing from the rest.
+    ``waiting`` names the workloads the cycle left waiting with one of ``CAPACITY_WAITS``, in its order
+    (``CycleResult.waiting_for``: the settled waits too, or work that waits behind a parked queue's head would
+    never ask for a node). ``resolved_of`` finds a still-pending workload's resolution (None: gone since the
+    cycle). Stops once ``limit_gpus`` are asked for: a runtime that can add no more than that gains nothing from
+    the rest.
     """
     pools = {p.name: p for p in policy.pools}
     asked = 0
     out: list[PendingDemand] = []
-    for decision in decided:
+    for workload_id in waiting:
         if asked > limit_gpus:
             break
-        if decision.kind is not DecisionKind.WAIT or decision.reason.code not in CAPACITY_WAITS:
-            continue
-        resolved = resolved_of(decision.workload_id)
+        resolved = resolved_of(workload_id)
         if resolved is None:
             continue
         names = tuple(p.name for option in resolved.options for p in option.pools)
         spot_ok = any(pools[p].capacity_type == "spot" for p in names if p in pools)
         per_pod = max(1, resolved.gpus_per_pod)
-        out.append(
-            PendingDemand(decision.workload_id, resolved.required, per_pod, names, resolved.preemptible and spot_ok)
-        )
+        out.append(PendingDemand(workload_id, resolved.required, per_pod, names, resolved.preemptible and spot_ok))
         asked += resolved.required * per_pod
     return out
 

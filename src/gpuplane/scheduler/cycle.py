@@ -36,7 +36,16 @@ from gpuplane.scheduler.pending import PendingChanges
 from gpuplane.scheduler.preemption import plan_preemption, refused_at_once
 from gpuplane.scheduler.reasons import make_reason
 from gpuplane.scheduler.resolve import FlavorOption, InvalidWorkload, Resolved, queueing_delay
-from gpuplane.scheduler.settled import HeapKey, Outcome, Parking, SettledQueue, heap_key, no_pool_details, with_settled
+from gpuplane.scheduler.settled import (
+    HeapKey,
+    Outcome,
+    Parking,
+    SettledQueue,
+    heap_key,
+    no_pool_details,
+    waiting_in_order,
+    with_settled,
+)
 from gpuplane.scheduler.state import CycleState, QuietRecord, Reservation, Resolutions, RunEntry
 
 _FAILURE_RANK = {
@@ -118,6 +127,13 @@ class CycleResult:
             for wid, head, position in self.blocked_tail
         )
         return self.decided + tail
+
+    def waiting_for(self, codes: frozenset[ReasonCode]) -> list[str]:
+        """The workloads waiting with one of ``codes``, settled ones included, in the order the cycle decided them
+        (a node autoscaler's demand: the capacity waits, in the scheduler's order); builds no other decision."""
+        if self.settled:
+            return waiting_in_order(self.decided, self.decided_keys, self.keys_from, self.settled, codes)
+        return [d.workload_id for d in self.decided if d.kind is DecisionKind.WAIT and d.reason.code in codes]
 
     @property
     def decision_count(self) -> int:

@@ -128,41 +128,85 @@ class SettledQueue:
             return make_reason(code, no_pool_details(self.workload(index)))
         return make_reason(code, {**details, "queue": self.queue, "queue_position": position})
 
-    def keyed(self) -> Iterator[tuple[HeapKey, int]]:
-        """(heap key, index) of every wait, in the queue's own order."""
-        yield self.head_key, 0
-        for position in range(self.start + 1, self.end):
+    def keyed(self, codes: frozenset[ReasonCode] | None = None) -> Iterator[tuple[HeapKey, int]]:
+        """(heap key, index) of every wait, or of every wait with one of ``codes``, in the queue's own order."""
+        shift = self.base
+        for position in range(self.start, self.end):
+            if codes is not None and self.outcomes[position - shift][0] not in codes:
+                continue
+            if position == self.start:
+                yield self.head_key, 0
+                continue
             key = heap_key(_at(self.items, position), self.queue, position, self.share, self.levels_first)
             yield key, position - self.start
+
+
+def _settled_points(
+    keys: tuple[HeapKey, ...], keys_from: int, settled: tuple[SettledQueue, ...], codes: frozenset[ReasonCode] | None
+) -> dict[int, list[tuple[HeapKey, SettledQueue, int]]]:
+    """Where each settled wait (with one of ``codes``, or every one) falls among the one-by-one decisions: the
+    index of the decision it comes just before, with its heap key, queue and index there.
+
+    ``keys`` holds the heap key each one-by-one decision from number ``keys_from`` on was taken at (no queue was
+    parked before). A parked workload stays in the heap (of the one-by-one cycle) from its queue's parking to its
+    release, so it is popped just before the first decision of that span whose key is above its own, or at the
+    release: the decision that changed the state, or the end."""
+    before: dict[int, list[tuple[HeapKey, SettledQueue, int]]] = {}
+    for q in settled:
+        point = q.parked_at
+        for key, index in q.keyed(codes):
+            while point < q.released_at and keys[point - keys_from] < key:
+                point += 1
+            before.setdefault(point, []).append((key, q, index))
+    return before
+
+
+def _in_key_order(group: list[tuple[HeapKey, SettledQueue, int]]) -> list[tuple[HeapKey, SettledQueue, int]]:
+    """Parked workloads popped at the same point go in key order (keys are unique: they end in queue and
+    position)."""
+    group.sort(key=lambda item: item[0])
+    return group
 
 
 def with_settled(
     decided: tuple[Decision, ...], keys: tuple[HeapKey, ...], keys_from: int, settled: tuple[SettledQueue, ...]
 ) -> tuple[Decision, ...]:
-    """Every decision in the order the cycle would have taken them one by one.
-
-    ``keys`` holds the heap key each one-by-one decision from number ``keys_from`` on was taken at (no queue was
-    parked before). A parked workload stays in the heap (of
-    the one-by-one cycle) from its queue's parking to its release, so it is popped just before the first
-    decision of that span whose key is above its own, or at the release: the decision that changed the state,
-    or the end. Parked workloads popped at the same point go in key order (keys are unique: they end in queue
-    and position)."""
-    before: dict[int, list[tuple[HeapKey, SettledQueue, int]]] = {}
-    for q in settled:
-        point = q.parked_at
-        for key, index in q.keyed():
-            while point < q.released_at and keys[point - keys_from] < key:
-                point += 1
-            before.setdefault(point, []).append((key, q, index))
+    """Every decision in the order the cycle would have taken them one by one (``_settled_points``)."""
+    before = _settled_points(keys, keys_from, settled, None)
     out: list[Decision] = []
     for i in range(len(decided) + 1):
         group = before.get(i)
         if group is not None:
-            group.sort(key=lambda item: item[0])
-            out.extend(Decision(DecisionKind.WAIT, q.workload(n).workload.id, q.reason(n)) for _, q, n in group)
+            out.extend(
+                Decision(DecisionKind.WAIT, q.workload(n).workload.id, q.reason(n)) for _, q, n in _in_key_order(group)
+            )
         if i < len(decided):
             out.append(decided[i])
     return tuple(out)
+
+
+def waiting_in_order(
+    decided: tuple[Decision, ...],
+    keys: tuple[HeapKey, ...],
+    keys_from: int,
+    settled: tuple[SettledQueue, ...],
+    codes: frozenset[ReasonCode],
+) -> list[str]:
+    """The ids of the workloads waiting with one of ``codes``, settled or decided one by one, in the order the
+    cycle would have decided them one by one, without building a decision or a key for any other settled wait
+    (a node autoscaler reads the capacity waits in the scheduler's order from cycles where thousands wait for
+    quota)."""
+    before = _settled_points(keys, keys_from, settled, codes)
+    out: list[str] = []
+    for i in range(len(decided) + 1):
+        group = before.get(i)
+        if group is not None:
+            out.extend(q.workload(n).workload.id for _, q, n in _in_key_order(group))
+        if i < len(decided):
+            decision = decided[i]
+            if decision.kind is DecisionKind.WAIT and decision.reason.code in codes:
+                out.append(decision.workload_id)
+    return out
 
 
 @dataclass(slots=True)

@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpuplane.autoscale.nodes import CAPACITY_WAITS
 from gpuplane.model import DecisionKind, Node, Workload, WorkloadClass
-from gpuplane.model.decision import Decision, ReasonCode
+from gpuplane.model.decision import ReasonCode
 from gpuplane.model.load import PendingWaitAverage
 from gpuplane.model.outcome import Outcome, RunEnd
 from gpuplane.model.placement import Placement
@@ -226,7 +227,8 @@ class Simulation:
         """Jobs to finish (the trace's jobs are keyed by id)."""
         self._cycle_queued = False
         self._last_cycle = -float("inf")
-        self._last_decided: tuple[Decision, ...] = ()
+        self._capacity_waits: list[str] = []
+        """The last cycle's capacity waits in its order, read by the node autoscaler's ticks."""
         """The last cycle's decisions, which the node autoscaler plans from."""
         self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
         """The pending work's mean queueing delay over time, for a starvation guard that follows the load."""
@@ -496,7 +498,7 @@ class Simulation:
         """Plan the pools' nodes (``autoscale.nodes``) from the last cycle; order and release nodes."""
         scaler = self.scaler
         assert scaler is not None
-        ordered, released, drained = scaler.tick(now, self._last_decided, self.jobs.pending_workload)
+        ordered, released, drained = scaler.tick(now, self._capacity_waits, self.jobs.pending_workload)
         self.accounts.scaled(scaler.applied, now)
         for node, ready_at in ordered:
             self.queue.push(ready_at, NodeReady(node))
@@ -543,7 +545,7 @@ class Simulation:
             if self.keep_reservations:
                 self._remember_reservations(result)
             if self.scaler is not None:
-                self._last_decided = result.decided
+                self._capacity_waits = result.waiting_for(CAPACITY_WAITS)
         if waits is not None:  # what stays pending waits until the next cycle
             waits.observe(now, (now - r.job.submit_s - r.run_s for r in self.jobs.pending.values()))
 

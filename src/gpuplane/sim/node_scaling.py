@@ -24,7 +24,6 @@ from gpuplane.autoscale.nodes import (
     plan_nodes,
 )
 from gpuplane.model import Node, Workload
-from gpuplane.model.decision import Decision
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler.resolve import Resolved
 from gpuplane.scheduler.state import CycleState
@@ -120,9 +119,7 @@ class NodeScaler:
                 movable[slot[0]] = movable.get(slot[0], True) and entry.preemptible
         return movable
 
-    def _demand(
-        self, decided: Iterable[Decision], workload_of: Callable[[str], Workload | None]
-    ) -> list[PendingDemand]:
+    def _demand(self, waiting: Iterable[str], workload_of: Callable[[str], Workload | None]) -> list[PendingDemand]:
         """Capacity-blocked work in the scheduler's order, up to what the spare and booting nodes could hold
         (more could not change the plan, and a saturated replay has thousands of waiting jobs)."""
         limit = sum(self.size[pool] * len(names) for pool, names in self.spare.items())
@@ -132,18 +129,19 @@ class NodeScaler:
             workload = workload_of(workload_id)
             return None if workload is None else self.state.resolve(workload)
 
-        return capacity_demand(self.policy, decided, resolved_of, limit)
+        return capacity_demand(self.policy, waiting, resolved_of, limit)
 
     def tick(
-        self, now: float, decided: Iterable[Decision], workload_of: Callable[[str], Workload | None]
+        self, now: float, waiting: Iterable[str], workload_of: Callable[[str], Workload | None]
     ) -> tuple[list[tuple[str, float]], list[str], list[str]]:
-        """Plan at ``now`` from the last cycle's decisions (``workload_of`` finds a still-pending workload);
+        """Plan at ``now`` from the workloads the last cycle left waiting for capacity, in its order
+        (``CycleResult.waiting_for(CAPACITY_WAITS)``; ``workload_of`` finds a still-pending workload);
         return the nodes ordered (with when they are ready), the nodes released, and the workloads that ran on
         consolidated nodes (the runtime requeues them: they lose work since their last checkpoint)."""
         booting: dict[str, int] = {}
         for name in self.booting:
             booting[self.pool_of[name]] = booting.get(self.pool_of[name], 0) + 1
-        plan = plan_nodes(self.policy, self._node_states(now), booting, self._demand(decided, workload_of), now)
+        plan = plan_nodes(self.policy, self._node_states(now), booting, self._demand(waiting, workload_of), now)
         ordered: list[tuple[str, float]] = []
         released: list[str] = []
         drained: list[str] = []
