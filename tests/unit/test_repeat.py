@@ -184,7 +184,10 @@ def test_a_replay_that_tells_the_pending_changes_is_the_replay_that_passes_them_
     jobs, stopped runs, workloads replaced with a kept reservation or new figures) instead of the kept state finding
     them in every pending job: the same replay, job by job and event by event."""
     trace = _trace(jobs)
-    with patch.object(PendingQueues, "gather", _holding_what_is_pending):
+    with (
+        patch.object(PendingQueues, "gather", _holding_what_is_pending),
+        patch.object(JobBook, "changes", _with_the_pending_workloads),
+    ):
         told = _replay(variant, scheduling, trace, repeat, True)
     assert told == _replay(variant, scheduling, trace, repeat, False)
 
@@ -200,14 +203,15 @@ def _holding_what_is_pending(self: PendingQueues, pending: Any, *args: Any) -> A
 
 def test_workloads_replaced_for_their_kept_reservation_are_told() -> None:
     """With ``keep_reservations`` the simulator replaces a reserved job's workload (``reserved_before``) while it is
-    pending: the carried queues hold the new object from the next cycle on (fails without ``JobBook.replaced``)."""
+    pending: the carried queues hold the new object from the next cycle on (fails without ``JobBook.replace``)."""
     rnd = random.Random(1)
     replaced: list[str] = []
-    original = JobBook.replaced
+    original = JobBook.replace
 
-    def counted(self: JobBook, record: Any) -> None:
-        replaced.append(record.job.id)
-        original(self, record)
+    def counted(self: JobBook, record: Any, workload: Any) -> None:
+        if record.job.id in self.pending:
+            replaced.append(record.job.id)
+        original(self, record, workload)
 
     for _ in range(4):
         jobs = [
@@ -222,8 +226,20 @@ def test_workloads_replaced_for_their_kept_reservation_are_told() -> None:
         trace = _trace(jobs)
         with (
             patch.object(PendingQueues, "gather", _holding_what_is_pending),
-            patch.object(JobBook, "replaced", counted),
+            patch.object(JobBook, "replace", counted),
+            patch.object(JobBook, "changes", _with_the_pending_workloads),
         ):
             told = _replay("gpuplane", SCHEDULING[-1], trace, True, True)
         assert told == _replay("gpuplane", SCHEDULING[-1], trace, True, False)
     assert replaced, "no reservation was kept: the traces do not test the replacement"
+
+
+_changes = JobBook.changes
+
+
+def _with_the_pending_workloads(self: JobBook) -> Any:
+    kept, pending = list(self.workloads.values()), [r.workload for r in self.pending.values()]
+    assert len(kept) == len(pending) and all(a is b for a, b in zip(kept, pending, strict=True)), (
+        "the pending workloads a cycle is given are not the pending jobs' own, in order"
+    )
+    return _changes(self)

@@ -6,9 +6,14 @@ cycle, ``incremental=False``, never settles): the same workloads, codes, figures
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 from gpuplane.model import ClusterSnapshot, DecisionKind, Placement, PodPlacement, RunningWorkload
+from gpuplane.model.decision import ReasonCode
 from gpuplane.scheduler import PolicyIndex, schedule
 from gpuplane.scheduler.cycle import run_cycle
+from gpuplane.scheduler.settled import Outcome, Parking, heap_key
 from gpuplane.scheduler.state import CycleState
 from tests.unit.fixtures import assert_settled_as_one_by_one, count_calls, job, nodes, policy
 
@@ -273,3 +278,53 @@ def test_settled_news_name_every_wait_the_runtime_may_not_know() -> None:
     back = news(150.0, ahead + pending[3:])
     assert head.id in back, "a workload decided one by one since it was last settled is news"
     assert pending[40].id not in back
+
+
+def _waiting(shape: int, index: int) -> Any:
+    """A stand-in resolution with what a parking scan reads: its shape, options and heap-key figures."""
+    workload = SimpleNamespace(id=f"w{index}", submit_time=float(index))
+    return SimpleNamespace(shape=shape, options=("one",), promoted=False, priority=0, level=0, workload=workload)
+
+
+def test_a_scan_asks_each_workload_when_an_outcome_is_not_its_shapes() -> None:
+    """Outcomes the cycle keeps per shape (``known``) are asked once per shape; an outcome it does not keep there (a
+    capacity wait, kept per pool, or one that reads the workload's own wait) may differ within a shape, so the scan
+    then asks every workload, and parks only up to the first that might change the state."""
+    quota_wait: Outcome = (ReasonCode.COHORT_QUOTA_EXHAUSTED, {}, False)
+    capacity_wait: Outcome = (ReasonCode.INSUFFICIENT_CAPACITY, {}, False)
+    items = [_waiting(1, 0), _waiting(2, 1), _waiting(1, 2), _waiting(2, 3), _waiting(2, 4)]
+    asked: list[str] = []
+    known: dict[int, Outcome] = {}
+
+    def quiet(r: Any) -> Outcome | None:
+        asked.append(r.workload.id)
+        if r.shape == 1:
+            known[1] = quota_wait
+            return quota_wait
+        return None if r.workload.id == "w3" else capacity_wait  # shape 2's outcome is each workload's own
+
+    parked = Parking(True, 100).try_park("q", items, 0, heap_key(items[0], "q", 0, 0.0, True), 0.0, quiet, 0, known)
+    assert parked is not None
+    assert parked.stop == 3, "parked past a workload of a shape whose earlier workload waited quietly"
+    assert parked.outcomes == [quota_wait, capacity_wait, quota_wait]
+    assert asked.count("w0") == 1 and "w2" not in asked[1:], "a shape's kept outcome was asked again"
+    assert "w3" in asked
+
+    known.clear()
+    asked.clear()
+    only_quota = [_waiting(3, 0)] + [_waiting(1 + i % 2, i) for i in range(1, 50)] + [_waiting(3, 50)]
+    searched: Outcome = (ReasonCode.COHORT_QUOTA_EXHAUSTED, {}, True)  # deciding one would run a failing search
+
+    def quota_then_loud(r: Any) -> Outcome | None:
+        asked.append(r.workload.id)
+        if r.shape in (1, 2):
+            known[r.shape] = quota_wait if r.shape == 1 else searched
+            return known[r.shape]
+        return None
+
+    key = heap_key(only_quota[1], "q", 1, 0.0, True)
+    parked = Parking(True, 100).try_park("q", only_quota, 1, key, 0.0, quota_then_loud, 0, known)
+    assert parked is not None and parked.stop == 50 and len(parked.outcomes) == 49
+    assert asked == ["w1", "w2", "w50"], "a shape's outcome kept by the cycle was asked once per workload"
+    assert parked.outcomes[:3] == [searched, quota_wait, searched]
+    assert parked.pay == [1], "the first workload whose search would fail is not the one that pays for it"

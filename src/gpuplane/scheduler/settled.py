@@ -23,7 +23,7 @@ import heapq
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import groupby
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from gpuplane.model.decision import Decision, DecisionKind, Reason, ReasonCode
@@ -60,6 +60,8 @@ Outcome = tuple[ReasonCode, Mapping[str, Any] | None, bool]
 for NO_ELIGIBLE_POOL, whose figures come from the resolution), and whether deciding it one by one would run a
 preemption search that fails (and remember the failure)."""
 _code = itemgetter(0)
+_offset = itemgetter(1)
+_shape_of = attrgetter("shape")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +245,9 @@ class Parking:
         scanned again, so a cycle's scans look at most at about twice its queue."""
         self.parked: dict[str, ParkedQueue] = {}
         self.settled: list[SettledQueue] = []
+        self._shapes: dict[str, tuple[int, list[Resolved | None], list[int]]] = {}
+        """Per queue, the shapes of its workloads from a position on (and the list they were read from): a cycle's
+        queues only lose their decided heads, so each queue's shapes are read once per cycle."""
 
     def try_park(
         self,
@@ -263,6 +268,64 @@ class Parking:
         one or after a change sent it back, which may change every outcome."""
         if self.budget <= 0:
             return None
+        scanned = self._by_shape(name, items, head, known, quiet)
+        if scanned is None:
+            outcomes, pay, stop = self._one_by_one(items, head, known, quiet)
+        else:
+            outcomes, pay, stop = scanned
+        self.budget -= stop - head + (stop < len(items))
+        if stop == head:
+            return None
+        stop_key = heap_key(_at(items, stop), name, stop, share, self.levels_first) if stop < len(items) else None
+        parked = ParkedQueue(name, items, head, head_key, share, head, outcomes, pay, decided, stop, stop_key)
+        self.parked[name] = parked
+        return parked
+
+    def _by_shape(
+        self,
+        name: str,
+        items: list[Resolved | None],
+        head: int,
+        known: Mapping[int, Outcome],
+        quiet: Callable[[Resolved], Outcome | None],
+    ) -> tuple[list[Outcome], list[int], int] | None:
+        """``_one_by_one``'s scan, asking ``quiet`` once per shape, in the order of each shape's first workload from
+        ``head`` on, up to the first shape that might not wait quietly; None when an outcome asked is not its
+        shape's (``known`` does not hold it: a capacity wait, kept per pool, or none kept), where only the
+        workload-by-workload scan is exact. The per-workload steps run in C (the shapes of a queue's workloads,
+        taken once per cycle, and their outcomes through the shapes' table)."""
+        shapes = self._shapes.get(name)
+        if shapes is None or shapes[0] > head or shapes[1] is not items:
+            shapes = self._shapes[name] = (head, items, list(map(_shape_of, items[head:])))
+        rest = shapes[2][head - shapes[0] :]
+        first = dict(zip(reversed(rest), range(len(rest) - 1, -1, -1), strict=True))
+        table: dict[int, Outcome] = {}
+        pay: list[int] = []
+        count = len(rest)
+        for shape, offset in sorted(first.items(), key=_offset):
+            r = _at(items, head + offset)
+            outcome = known.get(shape) if r.options else None
+            if outcome is None:
+                outcome = quiet(r)
+                if outcome is None:
+                    count = offset
+                    break
+                if r.options and known.get(shape) is not outcome:
+                    return None
+            if outcome[2]:
+                pay.append(head + offset)
+            table[shape] = outcome
+        return list(map(table.__getitem__, rest[:count])), pay, head + count
+
+    @staticmethod
+    def _one_by_one(
+        items: list[Resolved | None],
+        head: int,
+        known: Mapping[int, Outcome],
+        quiet: Callable[[Resolved], Outcome | None],
+    ) -> tuple[list[Outcome], list[int], int]:
+        """How each workload from ``head`` on waits, up to the first that might not wait quietly (the stop); the
+        positions of the first workload of each outcome whose search would fail; the stop."""
         outcomes: list[Outcome] = []
         pay: list[int] = []
         paid: set[int] = set()
@@ -280,13 +343,7 @@ class Parking:
                 paid.add(id(outcome))
                 pay.append(position)
             outcomes.append(outcome)
-        self.budget -= stop - head + (stop < len(items))
-        if stop == head:
-            return None
-        stop_key = heap_key(_at(items, stop), name, stop, share, self.levels_first) if stop < len(items) else None
-        parked = ParkedQueue(name, items, head, head_key, share, head, outcomes, pay, decided, stop, stop_key)
-        self.parked[name] = parked
-        return parked
+        return outcomes, pay, stop
 
     def settle_before(self, before: HeapKey | None, at: int, searched: Callable[[Resolved], None]) -> None:
         """Settle every parked workload the heap would pop before heap key ``before`` (None: all of them), as waits

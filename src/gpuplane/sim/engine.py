@@ -429,9 +429,8 @@ class Simulation:
         self.meters.pending_gpus += record.job.gpus
         self.guarantees.asked(record.job.team, asked_gpus(record.workload), now)
         if self.rechecks.levels or self.index.policy.scheduling.preemption.spare_after_preemptions is not None:
-            record.workload = self._workload(
-                record.job, record.tier, record.checkpoint_s, record.attained, record.preemptions
-            )
+            workload = self._workload(record.job, record.tier, record.checkpoint_s, record.attained, record.preemptions)
+            self.jobs.replace(record, workload)
         self._queue_promotion(record, now)
         return (record.lost_s - lost_before) * record.gpus
 
@@ -530,7 +529,7 @@ class Simulation:
         self.meters.cycles += 1
         waits = self.pending_waits
         load = None if waits is None else waits.signals
-        pending = [r.workload for r in self.jobs.pending.values()]
+        pending = list(self.jobs.workloads.values())
         repeated = repeat_quietly(self.state, now, pending, load) if self.state.record_quiet else None
         if repeated is not None:  # the last cycle's decisions hold: only the new work's waits are news
             self.meters.decisions += len(pending)
@@ -589,5 +588,4 @@ class Simulation:
         for view in result.reservations:
             record = self.jobs.pending.get(view.workload_id)
             if record is not None and not record.workload.reserved_before:
-                record.workload = dataclasses.replace(record.workload, reserved_before=True)
-                self.jobs.replaced(record)
+                self.jobs.replace(record, dataclasses.replace(record.workload, reserved_before=True))

@@ -75,11 +75,13 @@ def pods_for(job: TraceJob, gpus_per_node: int, sharing: bool = False) -> PodSet
 class JobBook:
     """Every job's record, the jobs waiting (pending), and their waiting per team and reason code."""
 
-    __slots__ = ("finished", "pending", "records", "stops", "touched", "untyped", "wait_s", "waiting")
+    __slots__ = ("finished", "pending", "records", "stops", "touched", "untyped", "wait_s", "waiting", "workloads")
 
     def __init__(self) -> None:
         self.records: dict[str, JobRecord] = {}
         self.pending: dict[str, JobRecord] = {}
+        self.workloads: dict[str, Workload] = {}
+        """The pending jobs' workloads, in ``pending``'s order (the list a cycle is given, without a step per job)."""
         self.touched: dict[str, None] = {}
         """Jobs whose pending workload may have changed since the scheduler was last told (``changes``), in order."""
         self.finished = 0
@@ -96,6 +98,7 @@ class JobBook:
         """A new job waits, under ``awaiting_cycle`` from its ``wait_since``."""
         self.records[record.job.id] = record
         self.pending[record.job.id] = record
+        self.workloads[record.job.id] = record.workload
         self.touched[record.job.id] = None
         self._count_wait(record.wait_code, 1)
 
@@ -104,11 +107,15 @@ class JobBook:
         waiting so far is counted."""
         self.close_wait(record, now)
         del self.pending[record.job.id]
+        del self.workloads[record.job.id]
         record.passed = None
         self._count_wait(record.wait_code, -1)
 
-    def replaced(self, record: JobRecord) -> None:
-        """The job's workload object was replaced (its figures changed): the scheduler is told at its next cycle."""
+    def replace(self, record: JobRecord, workload: Workload) -> None:
+        """The job's workload object is replaced (its figures changed): the scheduler is told at its next cycle."""
+        record.workload = workload
+        if record.job.id in self.pending:
+            self.workloads[record.job.id] = workload
         self.touched[record.job.id] = None
 
     def changes(self) -> PendingChanges:
@@ -137,6 +144,7 @@ class JobBook:
         record.wait_code, record.wait_since = reason, now
         self._count_wait(reason, 1)
         self.pending[record.job.id] = record
+        self.workloads[record.job.id] = record.workload
         self.touched[record.job.id] = None
 
     def rewait(self, record: JobRecord, code: str, now: float) -> None:
