@@ -198,6 +198,9 @@ _gather = PendingQueues.gather
 def _holding_what_is_pending(self: PendingQueues, pending: Any, *args: Any) -> Any:
     gathered = _gather(self, pending, *args)
     assert set(self.resolved) == {id(w) for w in pending}, "the carried queues do not hold what is pending"
+    assert gathered.shapes == {
+        name: [r.shape for r in queue if r is not None] for name, queue in gathered.queues.items()
+    }, "the shapes kept with the carried queues are not their workloads'"
     return gathered
 
 

@@ -533,6 +533,29 @@ def test_a_long_run_yields_for_as_long_as_the_policy_says_relative_to_its_runtim
         assert expected or res.waiting[0].reason.details.get("yields_to_less_served") is True
 
 
+def test_a_kept_state_reads_the_shape_of_work_whose_yield_ended_while_it_waited() -> None:
+    """Two of a's long jobs yield, the one behind waiting in its queue; when their yields end their shapes change in
+    place (their searches no longer share the yielding ones'): the shapes kept with the carried queues for the parking
+    scans must be read again."""
+    from gpuplane.scheduler.cycle import run_cycle
+    from gpuplane.scheduler.index import PolicyIndex
+    from gpuplane.scheduler.state import CycleState
+
+    p = nominal_level_policy(2, yield_factor=0.5)
+    node_list = nodes(p, train=2)
+    own, new = job("b-own", queue="b"), job("b-new", queue="b", klass="batch", t=6_900)
+    run = running(p, node_list, [(own, 6_000, None), (new, 7_000, None)])
+    longs = [served(job(f"a-long{i}", queue="a", klass="batch", t=float(i)), 16) for i in range(2)]
+    state = CycleState(PolicyIndex(p), node_list, 7_200.0)
+    state.load(run)
+    for now in (7_200.0, 10_700.0, 10_801.0):
+        run_cycle(state, now, longs)
+        carried = state._pending
+        for name, queue in carried.queues.items():
+            kept = carried.shapes.get(name)
+            assert kept is None or kept == [r.shape for r in queue], f"stale shapes kept for {name} at {now}"
+
+
 def test_a_job_preempted_often_enough_is_spared_by_less_served_work_when_the_policy_says_so():
     """Both runs are at level 1 (a GPU-hour and more since they started); 'often' was preempted twice
     before and started last, so without the option it is the victim (it has lost less work)."""

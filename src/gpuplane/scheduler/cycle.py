@@ -327,6 +327,8 @@ class _Cycle:
             for w, exc in gathered.invalid:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
             queues, next_promote, next_yield = gathered.queues, gathered.next_promote, gathered.next_yield
+            if self.parking is not None:
+                self.parking.shapes = gathered.shapes
         else:
             queues, next_promote, next_yield = self._resolve_and_sort(record)
         for name, items in queues.items():

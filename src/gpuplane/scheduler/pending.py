@@ -13,7 +13,7 @@ property tests compare both cycles).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
@@ -40,6 +40,9 @@ class Gathered:
     """The earliest promotion base of the work not promoted."""
     next_yield: float
     """The earliest end of a yield."""
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    """Per queue, its workloads' shapes in queue order (``Resolved.shape``; a copy), so that the cycle's parking scans
+    need not read every workload."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,9 @@ class PendingQueues:
     resolved: dict[int, Resolved] = field(default_factory=dict)
     """Per pending workload object (``id``; each resolution holds its workload, so no id is reused while kept)."""
     queues: dict[str, list[Resolved]] = field(default_factory=dict)
+    shapes: dict[str, list[int] | None] = field(default_factory=dict)
+    """Per queue, its workloads' shapes in queue order, kept with each insertion and removal; None when they must be
+    read again (a queue sorted or filtered at once, a shape changed in place)."""
     promotions: list[tuple[float, int, Resolved]] = field(default_factory=list)
     """(promotion base, sequence, resolution) of work not promoted: a heap."""
     yields: list[tuple[float, int, Resolved]] = field(default_factory=list)
@@ -93,6 +99,7 @@ class PendingQueues:
         if fresh:
             self.resolved.clear()
             self.queues.clear()
+            self.shapes.clear()
             self.promotions.clear()
             self.yields.clear()
             self.generation = generation
@@ -134,16 +141,32 @@ class PendingQueues:
             arrived.setdefault(name, []).extend(rs)
         for name, rs in arrived.items():
             queue = self.queues.setdefault(name, [])
-            if len(rs) > _BULK:
+            shapes = self.shapes.get(name)
+            if len(rs) > _BULK or shapes is None:
                 queue.extend(rs)
                 queue.sort(key=_order)
+                self.shapes[name] = None
             else:
                 for r in rs:
-                    insort(queue, r, key=_order)
+                    at = bisect_right(queue, r.order, key=_order)
+                    queue.insert(at, r)
+                    shapes.insert(at, r.shape)
         self.had_invalid = bool(invalid)
-        queues: dict[str, list[Resolved | None]] = {name: list(q) for name, q in self.queues.items() if q}
+        queues: dict[str, list[Resolved | None]] = {}
+        shapes_now: dict[str, list[int]] = {}
+        for name, q in self.queues.items():
+            if q:
+                queues[name] = list(q)
+                kept = self.shapes.get(name)
+                if kept is None:
+                    kept = self.shapes[name] = list(map(_shape_of, q))
+                shapes_now[name] = list(kept)
         return Gathered(
-            queues, invalid, self._earliest(self.promotions, _unpromoted), self._earliest(self.yields, _yielding)
+            queues,
+            invalid,
+            self._earliest(self.promotions, _unpromoted),
+            self._earliest(self.yields, _yielding),
+            shapes_now,
         )
 
     def _found(self, pending: Sequence[Workload]) -> Iterable[Workload]:
@@ -161,6 +184,7 @@ class PendingQueues:
             for name, ids in dropped.items():
                 queue = self.queues[name]
                 queue[:] = compress(queue, map(not_, map(ids.__contains__, map(id, queue))))
+                self.shapes[name] = None
         return compress(pending, map(not_, held)) if still != len(pending) else ()
 
     def leave(self, r: Resolved) -> None:
@@ -184,6 +208,9 @@ class PendingQueues:
         at = bisect_left(queue, r.order, key=_order)
         assert queue[at] is r, "a workload is not where its order puts it in its queue"
         del queue[at]
+        shapes = self.shapes.get(r.queue.name)
+        if shapes is not None:
+            del shapes[at]
 
     def _current(self, r: Resolved) -> bool:
         return self.resolved.get(id(r.workload)) is r
@@ -207,6 +234,7 @@ class PendingQueues:
             _, _, r = heapq.heappop(heap)
             if r.yields and self._current(r):
                 r.claim(index)
+                self.shapes[r.queue.name] = None  # its shape changed in place
 
     def _earliest(self, heap: list[tuple[float, int, Resolved]], live: Callable[[Resolved], bool]) -> float:
         """The earliest time in ``heap`` of kept work still in it (``live``), dropping the rest from its top."""
@@ -216,6 +244,9 @@ class PendingQueues:
                 return when
             heapq.heappop(heap)
         return float("inf")
+
+
+_shape_of = attrgetter("shape")
 
 
 def _unpromoted(r: Resolved) -> bool:

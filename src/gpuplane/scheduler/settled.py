@@ -60,8 +60,67 @@ Outcome = tuple[ReasonCode, Mapping[str, Any] | None, bool]
 for NO_ELIGIBLE_POOL, whose figures come from the resolution), and whether deciding it one by one would run a
 preemption search that fails (and remember the failure)."""
 _code = itemgetter(0)
-_offset = itemgetter(1)
 _shape_of = attrgetter("shape")
+_told_of = attrgetter("told")
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOutcomes:
+    """How each workload of a parked run waits, listed by position from ``base`` on."""
+
+    listed: list[Outcome]
+    base: int
+
+    def at(self, position: int) -> Outcome:
+        """The outcome of the workload at ``position`` in its queue."""
+        return self.listed[position - self.base]
+
+    def codes(self, start: int, end: int) -> Iterator[ReasonCode]:
+        """The wait codes of positions ``start`` to ``end``."""
+        return map(_code, self.listed[start - self.base : end - self.base])
+
+    def one_code(self) -> ReasonCode | None:
+        """The code every workload waits with, when that is known without a step per workload (never, listed)."""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeOutcomes:
+    """How each workload of a parked run waits, through its shape: the queue's shapes by position from ``base`` on,
+    and the outcome of each shape (every workload of a shape waits alike)."""
+
+    shapes: list[int]
+    base: int
+    table: dict[int, Outcome]
+
+    def at(self, position: int) -> Outcome:
+        """The outcome of the workload at ``position`` in its queue."""
+        return self.table[self.shapes[position - self.base]]
+
+    def codes(self, start: int, end: int) -> Iterator[ReasonCode]:
+        """The wait codes of positions ``start`` to ``end``."""
+        return map(_code, map(self.table.__getitem__, self.shapes[start - self.base : end - self.base]))
+
+    def one_code(self) -> ReasonCode | None:
+        """The code every workload waits with, when all the shapes wait with one (the common case: a queue's quota)."""
+        codes = {outcome[0] for outcome in self.table.values()}
+        return codes.pop() if len(codes) == 1 else None
+
+
+Outcomes = ListedOutcomes | ShapeOutcomes
+
+
+@dataclass(slots=True)
+class _QueueShapes:
+    """One queue's shapes for a cycle's parking scans: its workloads' shapes by position from ``base`` on (read once
+    per cycle: a cycle's queues only lose their decided heads), and where each shape next occurs."""
+
+    items: list[Resolved | None]
+    base: int
+    shapes: list[int]
+    next_at: dict[int, int]
+    """Per shape, the offset (from ``base``) of its first workload at or after the last scan's head: heads only move
+    on, so each is searched again only once passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +137,7 @@ class SettledQueue:
     items: list[Resolved | None]
     start: int
     end: int
-    outcomes: list[Outcome]
-    base: int
-    """The position of ``outcomes[0]`` in the queue."""
+    outcomes: Outcomes
     parked_at: int
     """How many decisions the cycle had taken one by one when the queue was parked."""
     released_at: int
@@ -96,8 +153,11 @@ class SettledQueue:
     def _spans(self) -> Iterator[tuple[ReasonCode, list[Resolved | None]]]:
         """The settled workloads as runs of one wait code, in the queue's order: (code, the run's workloads)."""
         items, first = self.items, self.start
-        shift = self.base
-        for code, run in groupby(self.outcomes[self.start - shift : self.end - shift], key=_code):
+        code = self.outcomes.one_code()
+        if code is not None:
+            yield code, items[first : self.end]
+            return
+        for code, run in groupby(self.outcomes.codes(self.start, self.end)):
             count = len(list(run))
             yield code, items[first : first + count]
             first += count
@@ -116,6 +176,8 @@ class SettledQueue:
         """The waits whose code the runtime was not told last (``Resolved.told``), as runs of one code: (code, workload
         ids); each is marked told. For a kept state's carried queues, whose runtime applies every wait it reads."""
         for code, span in self._spans():
+            if list(map(_told_of, span)).count(code) == len(span):  # the common case, without a step per wait
+                continue
             news = [r for r in span if r is not None and r.told is not code]
             if news:
                 for r in news:
@@ -125,16 +187,16 @@ class SettledQueue:
     def reason(self, index: int) -> Reason:
         """The reason of the ``index``-th wait, as the cycle would have given it one by one."""
         position = self.start + index
-        code, details, _ = self.outcomes[position - self.base]
+        code, details, _ = self.outcomes.at(position)
         if details is None:
             return make_reason(code, no_pool_details(self.workload(index)))
         return make_reason(code, {**details, "queue": self.queue, "queue_position": position})
 
     def keyed(self, codes: frozenset[ReasonCode] | None = None) -> Iterator[tuple[HeapKey, int]]:
         """(heap key, index) of every wait, or of every wait with one of ``codes``, in the queue's own order."""
-        shift = self.base
+        outcomes = self.outcomes
         for position in range(self.start, self.end):
-            if codes is not None and self.outcomes[position - shift][0] not in codes:
+            if codes is not None and outcomes.at(position)[0] not in codes:
                 continue
             if position == self.start:
                 yield self.head_key, 0
@@ -222,10 +284,8 @@ class ParkedQueue:
     head: int
     head_key: HeapKey
     share: float
-    base: int
-    """The head when it was parked: ``outcomes[0]`` is that workload's."""
-    outcomes: list[Outcome]
-    """How each workload from ``base`` up to ``stop`` waits."""
+    outcomes: Outcomes
+    """How each workload from the head up to ``stop`` waits."""
     pay: list[int]
     """Positions of the first workload of each shape whose search would fail, not settled yet: settling it
     remembers the failure, which the others of its shape, settled after it, then find (so they need not)."""
@@ -245,9 +305,10 @@ class Parking:
         scanned again, so a cycle's scans look at most at about twice its queue."""
         self.parked: dict[str, ParkedQueue] = {}
         self.settled: list[SettledQueue] = []
-        self._shapes: dict[str, tuple[int, list[Resolved | None], list[int]]] = {}
-        """Per queue, the shapes of its workloads from a position on (and the list they were read from): a cycle's
-        queues only lose their decided heads, so each queue's shapes are read once per cycle."""
+        self._shapes: dict[str, _QueueShapes] = {}
+        self.shapes: Mapping[str, list[int]] = {}
+        """Per queue, its workloads' shapes in queue order, when the runtime's carried queues keep them (else each
+        queue's are read at its first scan of the cycle)."""
 
     def try_park(
         self,
@@ -277,7 +338,7 @@ class Parking:
         if stop == head:
             return None
         stop_key = heap_key(_at(items, stop), name, stop, share, self.levels_first) if stop < len(items) else None
-        parked = ParkedQueue(name, items, head, head_key, share, head, outcomes, pay, decided, stop, stop_key)
+        parked = ParkedQueue(name, items, head, head_key, share, outcomes, pay, decided, stop, stop_key)
         self.parked[name] = parked
         return parked
 
@@ -288,34 +349,47 @@ class Parking:
         head: int,
         known: Mapping[int, Outcome],
         quiet: Callable[[Resolved], Outcome | None],
-    ) -> tuple[list[Outcome], list[int], int] | None:
+    ) -> tuple[Outcomes, list[int], int] | None:
         """``_one_by_one``'s scan, asking ``quiet`` once per shape, in the order of each shape's first workload from
         ``head`` on, up to the first shape that might not wait quietly; None when an outcome asked is not its
         shape's (``known`` does not hold it: a capacity wait, kept per pool, or none kept), where only the
-        workload-by-workload scan is exact. The per-workload steps run in C (the shapes of a queue's workloads,
-        taken once per cycle, and their outcomes through the shapes' table)."""
-        shapes = self._shapes.get(name)
-        if shapes is None or shapes[0] > head or shapes[1] is not items:
-            shapes = self._shapes[name] = (head, items, list(map(_shape_of, items[head:])))
-        rest = shapes[2][head - shapes[0] :]
-        first = dict(zip(reversed(rest), range(len(rest) - 1, -1, -1), strict=True))
+        workload-by-workload scan is exact. No step per workload: the outcomes are read through the shapes."""
+        cached = self._shapes.get(name)
+        if cached is None or cached.base > head or cached.items is not items:
+            kept = self.shapes.get(name)
+            base = 0 if kept is not None else head
+            shapes = kept if kept is not None else list(map(_shape_of, items[head:]))
+            cached = self._shapes[name] = _QueueShapes(items, base, shapes, dict.fromkeys(shapes[head - base :], -1))
+        shapes, base, next_at = cached.shapes, cached.base, cached.next_at
+        offset = head - base
+        firsts: list[tuple[int, int]] = []
+        for shape, at in list(next_at.items()):
+            if at < offset:
+                try:
+                    at = next_at[shape] = shapes.index(shape, offset)
+                except ValueError:  # none of the shape left after the head
+                    del next_at[shape]
+                    continue
+            firsts.append((at, shape))
+        firsts.sort()
         table: dict[int, Outcome] = {}
         pay: list[int] = []
-        count = len(rest)
-        for shape, offset in sorted(first.items(), key=_offset):
-            r = _at(items, head + offset)
+        stop = len(items)
+        for at, shape in firsts:
+            position = base + at
+            r = _at(items, position)
             outcome = known.get(shape) if r.options else None
             if outcome is None:
                 outcome = quiet(r)
                 if outcome is None:
-                    count = offset
+                    stop = position
                     break
                 if r.options and known.get(shape) is not outcome:
                     return None
             if outcome[2]:
-                pay.append(head + offset)
+                pay.append(position)
             table[shape] = outcome
-        return list(map(table.__getitem__, rest[:count])), pay, head + count
+        return ShapeOutcomes(shapes, base, table), pay, stop
 
     @staticmethod
     def _one_by_one(
@@ -323,7 +397,7 @@ class Parking:
         head: int,
         known: Mapping[int, Outcome],
         quiet: Callable[[Resolved], Outcome | None],
-    ) -> tuple[list[Outcome], list[int], int]:
+    ) -> tuple[Outcomes, list[int], int]:
         """How each workload from ``head`` on waits, up to the first that might not wait quietly (the stop); the
         positions of the first workload of each outcome whose search would fail; the stop."""
         outcomes: list[Outcome] = []
@@ -343,7 +417,7 @@ class Parking:
                 paid.add(id(outcome))
                 pay.append(position)
             outcomes.append(outcome)
-        return outcomes, pay, stop
+        return ListedOutcomes(outcomes, head), pay, stop
 
     def settle_before(self, before: HeapKey | None, at: int, searched: Callable[[Resolved], None]) -> None:
         """Settle every parked workload the heap would pop before heap key ``before`` (None: all of them), as waits
@@ -370,7 +444,6 @@ class Parking:
                     q.head,
                     end,
                     q.outcomes,
-                    q.base,
                     q.parked_at,
                     at,
                 )
