@@ -201,6 +201,9 @@ def _holding_what_is_pending(self: PendingQueues, pending: Any, *args: Any) -> A
     assert gathered.shapes == {
         name: [r.shape for r in queue if r is not None] for name, queue in gathered.queues.items()
     }, "the shapes kept with the carried queues are not their workloads'"
+    assert gathered.told == {
+        name: [r.told for r in queue if r is not None] for name, queue in gathered.queues.items()
+    }, "what the carried queues keep of each workload's last told wait is not the workload's"
     return gathered
 
 

@@ -552,8 +552,8 @@ def test_a_kept_state_reads_the_shape_of_work_whose_yield_ended_while_it_waited(
         run_cycle(state, now, longs)
         carried = state._pending
         for name, queue in carried.queues.items():
-            kept = carried.shapes.get(name)
-            assert kept is None or kept == [r.shape for r in queue], f"stale shapes kept for {name} at {now}"
+            view = carried.views.get(name)
+            assert view is None or view.shapes == [r.shape for r in queue], f"stale shapes kept for {name} at {now}"
 
 
 def test_a_job_preempted_often_enough_is_spared_by_less_served_work_when_the_policy_says_so():

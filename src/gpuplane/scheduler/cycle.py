@@ -318,6 +318,7 @@ class _Cycle:
         record = self.st.record_quiet
         heap: list[HeapKey] = []
         queues: dict[str, list[Resolved | None]]
+        told: dict[str, list[ReasonCode | None]] = {}
         carried = self.st.incremental and self.st.remember_resolved and self.mode != "strict"
         if carried:
             # a kept state's queues, carried from its last cycle (in strict mode the heap's own order decides the
@@ -327,8 +328,9 @@ class _Cycle:
             for w, exc in gathered.invalid:
                 self._wait(w.id, ReasonCode.INVALID_WORKLOAD, {"error": str(exc)})
             queues, next_promote, next_yield = gathered.queues, gathered.next_promote, gathered.next_yield
+            told = gathered.told
             if self.parking is not None:
-                self.parking.shapes = gathered.shapes
+                self.parking.shapes, self.parking.told = gathered.shapes, told
         else:
             queues, next_promote, next_yield = self._resolve_and_sort(record)
         for name, items in queues.items():
@@ -349,6 +351,8 @@ class _Cycle:
                 parking.settle_before(top, at, self._searched)
             self._decide(head, pos)
             head.told = None
+            if told:
+                told[name][pos] = None
             if keys_from is not None:
                 taken = len(self.decisions) - at
                 if taken == 1:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, not_
 
+from gpuplane.model.decision import ReasonCode
 from gpuplane.model.workload import Workload
 from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved
@@ -43,6 +44,9 @@ class Gathered:
     shapes: dict[str, list[int]] = field(default_factory=dict)
     """Per queue, its workloads' shapes in queue order (``Resolved.shape``; a copy), so that the cycle's parking scans
     need not read every workload."""
+    told: dict[str, list[ReasonCode | None]] = field(default_factory=dict)
+    """Per queue, what each of its workloads was last told (``Resolved.told``) in queue order: the carried queues' own
+    lists, which the cycle and the runtime's reading of its news keep up to date until the next gather."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +66,9 @@ class PendingQueues:
     resolved: dict[int, Resolved] = field(default_factory=dict)
     """Per pending workload object (``id``; each resolution holds its workload, so no id is reused while kept)."""
     queues: dict[str, list[Resolved]] = field(default_factory=dict)
-    shapes: dict[str, list[int] | None] = field(default_factory=dict)
-    """Per queue, its workloads' shapes in queue order, kept with each insertion and removal; None when they must be
-    read again (a queue sorted or filtered at once, a shape changed in place)."""
+    views: dict[str, _QueueView | None] = field(default_factory=dict)
+    """Per queue, its workloads' shapes and what each was last told, in queue order, kept with each insertion and
+    removal; None when they must be read again (a queue sorted or filtered at once, a shape changed in place)."""
     promotions: list[tuple[float, int, Resolved]] = field(default_factory=list)
     """(promotion base, sequence, resolution) of work not promoted: a heap."""
     yields: list[tuple[float, int, Resolved]] = field(default_factory=list)
@@ -99,7 +103,7 @@ class PendingQueues:
         if fresh:
             self.resolved.clear()
             self.queues.clear()
-            self.shapes.clear()
+            self.views.clear()
             self.promotions.clear()
             self.yields.clear()
             self.generation = generation
@@ -141,32 +145,36 @@ class PendingQueues:
             arrived.setdefault(name, []).extend(rs)
         for name, rs in arrived.items():
             queue = self.queues.setdefault(name, [])
-            shapes = self.shapes.get(name)
-            if len(rs) > _BULK or shapes is None:
+            view = self.views.get(name)
+            if len(rs) > _BULK or view is None:
                 queue.extend(rs)
                 queue.sort(key=_order)
-                self.shapes[name] = None
+                self.views[name] = None
             else:
                 for r in rs:
                     at = bisect_right(queue, r.order, key=_order)
                     queue.insert(at, r)
-                    shapes.insert(at, r.shape)
+                    view.shapes.insert(at, r.shape)
+                    view.told.insert(at, r.told)
         self.had_invalid = bool(invalid)
         queues: dict[str, list[Resolved | None]] = {}
-        shapes_now: dict[str, list[int]] = {}
+        shapes: dict[str, list[int]] = {}
+        told: dict[str, list[ReasonCode | None]] = {}
         for name, q in self.queues.items():
             if q:
                 queues[name] = list(q)
-                kept = self.shapes.get(name)
-                if kept is None:
-                    kept = self.shapes[name] = list(map(_shape_of, q))
-                shapes_now[name] = list(kept)
+                view = self.views.get(name)
+                if view is None:
+                    view = self.views[name] = _QueueView(list(map(_shape_of, q)), list(map(_told_of, q)))
+                shapes[name] = list(view.shapes)
+                told[name] = view.told
         return Gathered(
             queues,
             invalid,
             self._earliest(self.promotions, _unpromoted),
             self._earliest(self.yields, _yielding),
-            shapes_now,
+            shapes,
+            told,
         )
 
     def _found(self, pending: Sequence[Workload]) -> Iterable[Workload]:
@@ -184,7 +192,7 @@ class PendingQueues:
             for name, ids in dropped.items():
                 queue = self.queues[name]
                 queue[:] = compress(queue, map(not_, map(ids.__contains__, map(id, queue))))
-                self.shapes[name] = None
+                self.views[name] = None
         return compress(pending, map(not_, held)) if still != len(pending) else ()
 
     def leave(self, r: Resolved) -> None:
@@ -208,9 +216,10 @@ class PendingQueues:
         at = bisect_left(queue, r.order, key=_order)
         assert queue[at] is r, "a workload is not where its order puts it in its queue"
         del queue[at]
-        shapes = self.shapes.get(r.queue.name)
-        if shapes is not None:
-            del shapes[at]
+        view = self.views.get(r.queue.name)
+        if view is not None:
+            del view.shapes[at]
+            del view.told[at]
 
     def _current(self, r: Resolved) -> bool:
         return self.resolved.get(id(r.workload)) is r
@@ -234,7 +243,7 @@ class PendingQueues:
             _, _, r = heapq.heappop(heap)
             if r.yields and self._current(r):
                 r.claim(index)
-                self.shapes[r.queue.name] = None  # its shape changed in place
+                self.views[r.queue.name] = None  # its shape changed in place
 
     def _earliest(self, heap: list[tuple[float, int, Resolved]], live: Callable[[Resolved], bool]) -> float:
         """The earliest time in ``heap`` of kept work still in it (``live``), dropping the rest from its top."""
@@ -247,6 +256,15 @@ class PendingQueues:
 
 
 _shape_of = attrgetter("shape")
+_told_of = attrgetter("told")
+
+
+@dataclass(slots=True)
+class _QueueView:
+    """One carried queue's shapes and what each of its workloads was last told, in queue order."""
+
+    shapes: list[int]
+    told: list[ReasonCode | None]
 
 
 def _unpromoted(r: Resolved) -> bool:

@@ -61,7 +61,6 @@ for NO_ELIGIBLE_POOL, whose figures come from the resolution), and whether decid
 preemption search that fails (and remember the failure)."""
 _code = itemgetter(0)
 _shape_of = attrgetter("shape")
-_told_of = attrgetter("told")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +141,9 @@ class SettledQueue:
     """How many decisions the cycle had taken one by one when the queue was parked."""
     released_at: int
     """... and when these were settled: they fall between the two."""
+    told: list[ReasonCode | None] | None = None
+    """What each workload of the queue was last told, by position (``Resolved.told``, kept by the carried queues in
+    one list: ``news`` compares a run without reading each workload); None when the queues were not carried."""
 
     def __len__(self) -> int:
         return self.end - self.start
@@ -174,11 +176,19 @@ class SettledQueue:
 
     def news(self) -> Iterator[tuple[ReasonCode, list[str]]]:
         """The waits whose code the runtime was not told last (``Resolved.told``), as runs of one code: (code, workload
-        ids); each is marked told. For a kept state's carried queues, whose runtime applies every wait it reads."""
+        ids); each is marked told. For a kept state's carried queues, whose runtime applies every wait it reads (before
+        the next cycle: ``told`` follows the queues' positions until then)."""
+        told, first = self.told, self.start
         for code, span in self._spans():
-            if list(map(_told_of, span)).count(code) == len(span):  # the common case, without a step per wait
-                continue
-            news = [r for r in span if r is not None and r.told is not code]
+            end = first + len(span)
+            if told is None:
+                news = [r for r in span if r is not None and r.told is not code]
+            elif told[first:end].count(code) == end - first:  # the common case, without reading each workload
+                news = []
+            else:
+                news = [r for r in span if r is not None and r.told is not code]
+                told[first:end] = [code] * (end - first)
+            first = end
             if news:
                 for r in news:
                     r.told = code
@@ -306,6 +316,8 @@ class Parking:
         self.parked: dict[str, ParkedQueue] = {}
         self.settled: list[SettledQueue] = []
         self._shapes: dict[str, _QueueShapes] = {}
+        self.told: Mapping[str, list[ReasonCode | None]] = {}
+        """Per queue, what each workload was last told (the carried queues' lists; ``SettledQueue.told``)."""
         self.shapes: Mapping[str, list[int]] = {}
         """Per queue, its workloads' shapes in queue order, when the runtime's carried queues keep them (else each
         queue's are read at its first scan of the cycle)."""
@@ -446,6 +458,7 @@ class Parking:
                     q.outcomes,
                     q.parked_at,
                     at,
+                    self.told.get(name),
                 )
             )
             if end < q.stop:
