@@ -28,11 +28,14 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuplane.model.decision import ReasonCode
 from gpuplane.policy.schema import PolicySpec, PoolSpec
 from gpuplane.scheduler.resolve import Resolved
+
+if TYPE_CHECKING:
+    from gpuplane.scheduler.cycle import CycleResult
 
 CAPACITY_WAITS = frozenset(
     {
@@ -111,6 +114,16 @@ def capacity_demand(
         out.append(PendingDemand(workload_id, resolved.required, per_pod, names, resolved.preemptible and spot_ok))
         asked += resolved.required * per_pod
     return out
+
+
+def cycle_demand(
+    policy: PolicySpec,
+    result: CycleResult,
+    resolved_of: Callable[[str], Resolved | None],
+    limit_gpus: float = math.inf,
+) -> list[PendingDemand]:
+    """``capacity_demand`` of every wait of ``result`` with a capacity code, settled ones included, in its order."""
+    return capacity_demand(policy, result.waiting_for(CAPACITY_WAITS), resolved_of, limit_gpus)
 
 
 @dataclass(frozen=True, slots=True)

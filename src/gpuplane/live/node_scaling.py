@@ -18,15 +18,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuplane.autoscale.nodes import (
-    CAPACITY_WAITS,
-    NodeDecision,
-    NodeReasonCode,
-    NodeState,
-    PendingDemand,
-    capacity_demand,
-    plan_nodes,
-)
+from gpuplane.autoscale.nodes import NodeDecision, NodeReasonCode, NodeState, PendingDemand, cycle_demand, plan_nodes
 from gpuplane.live.control import ControlPlane
 from gpuplane.live.intents import (
     CordonNode,
@@ -235,7 +227,7 @@ class LiveNodeScaler:
         if result is None:
             return []
         with self.control.lock:
-            return capacity_demand(self.control.policy, result.waiting_for(CAPACITY_WAITS), self.control.resolved)
+            return cycle_demand(self.control.policy, result, self.control.resolved)
 
     def _next_name(self, pool: str, known: set[str]) -> str:
         """The pool's first node name (as ``policy.nodes.pool_nodes`` names them) not in use."""
