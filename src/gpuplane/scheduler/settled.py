@@ -180,15 +180,12 @@ class SettledQueue:
         the next cycle: ``told`` follows the queues' positions until then)."""
         told, first = self.told, self.start
         for code, span in self._spans():
-            end = first + len(span)
-            if told is None:
-                news = [r for r in span if r is not None and r.told is not code]
-            elif told[first:end].count(code) == end - first:  # the common case, without reading each workload
-                news = []
-            else:
-                news = [r for r in span if r is not None and r.told is not code]
-                told[first:end] = [code] * (end - first)
-            first = end
+            start, first = first, first + len(span)
+            if told is not None:
+                if told[start:first].count(code) == first - start:  # the common case, without reading each workload
+                    continue
+                told[start:first] = [code] * (first - start)
+            news = [r for r in span if r is not None and r.told is not code]
             if news:
                 for r in news:
                     r.told = code
@@ -201,6 +198,10 @@ class SettledQueue:
         if details is None:
             return make_reason(code, no_pool_details(self.workload(index)))
         return make_reason(code, {**details, "queue": self.queue, "queue_position": position})
+
+    def decision(self, index: int) -> Decision:
+        """The ``index``-th wait as the cycle would have decided it one by one."""
+        return Decision(DecisionKind.WAIT, self.workload(index).workload.id, self.reason(index))
 
     def keyed(self, codes: frozenset[ReasonCode] | None = None) -> Iterator[tuple[HeapKey, int]]:
         """(heap key, index) of every wait, or of every wait with one of ``codes``, in the queue's own order."""
@@ -235,28 +236,30 @@ def _settled_points(
     return before
 
 
-def _in_key_order(group: list[tuple[HeapKey, SettledQueue, int]]) -> list[tuple[HeapKey, SettledQueue, int]]:
-    """Parked workloads popped at the same point go in key order (keys are unique: they end in queue and
-    position)."""
-    group.sort(key=lambda item: item[0])
-    return group
+def _in_order(
+    decided: tuple[Decision, ...], before: dict[int, list[tuple[HeapKey, SettledQueue, int]]]
+) -> Iterator[Decision | tuple[SettledQueue, int]]:
+    """The one-by-one decisions with the settled waits placed among them (``_settled_points``), as (queue, index)
+    for a settled one; parked workloads popped at the same point go in key order (keys are unique: they end in
+    queue and position)."""
+    for i in range(len(decided) + 1):
+        group = before.get(i)
+        if group is not None:
+            group.sort(key=lambda item: item[0])
+            for _, q, n in group:
+                yield q, n
+        if i < len(decided):
+            yield decided[i]
 
 
 def with_settled(
     decided: tuple[Decision, ...], keys: tuple[HeapKey, ...], keys_from: int, settled: tuple[SettledQueue, ...]
 ) -> tuple[Decision, ...]:
     """Every decision in the order the cycle would have taken them one by one (``_settled_points``)."""
-    before = _settled_points(keys, keys_from, settled, None)
-    out: list[Decision] = []
-    for i in range(len(decided) + 1):
-        group = before.get(i)
-        if group is not None:
-            out.extend(
-                Decision(DecisionKind.WAIT, q.workload(n).workload.id, q.reason(n)) for _, q, n in _in_key_order(group)
-            )
-        if i < len(decided):
-            out.append(decided[i])
-    return tuple(out)
+    return tuple(
+        item if isinstance(item, Decision) else item[0].decision(item[1])
+        for item in _in_order(decided, _settled_points(keys, keys_from, settled, None))
+    )
 
 
 def waiting_in_order(
@@ -270,16 +273,12 @@ def waiting_in_order(
     cycle would have decided them one by one, without building a decision or a key for any other settled wait
     (a node autoscaler reads the capacity waits in the scheduler's order from cycles where thousands wait for
     quota)."""
-    before = _settled_points(keys, keys_from, settled, codes)
     out: list[str] = []
-    for i in range(len(decided) + 1):
-        group = before.get(i)
-        if group is not None:
-            out.extend(q.workload(n).workload.id for _, q, n in _in_key_order(group))
-        if i < len(decided):
-            decision = decided[i]
-            if decision.kind is DecisionKind.WAIT and decision.reason.code in codes:
-                out.append(decision.workload_id)
+    for item in _in_order(decided, _settled_points(keys, keys_from, settled, codes)):
+        if not isinstance(item, Decision):
+            out.append(item[0].workload(item[1]).workload.id)
+        elif item.kind is DecisionKind.WAIT and item.reason.code in codes:
+            out.append(item.workload_id)
     return out
 
 

@@ -228,8 +228,7 @@ class Simulation:
         self._cycle_queued = False
         self._last_cycle = -float("inf")
         self._capacity_waits: list[str] = []
-        """The last cycle's capacity waits in its order, read by the node autoscaler's ticks."""
-        """The last cycle's decisions, which the node autoscaler plans from."""
+        """The last cycle's capacity waits in its order, which the node autoscaler plans from."""
         self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
         """The pending work's mean queueing delay over time, for a starvation guard that follows the load."""
 
