@@ -199,7 +199,8 @@ def test_kept_preemption_sources_judge_by_the_preemptor_they_were_made_for_not_i
     work that waited less), which must not widen what its unpromoted twins may take."""
     from gpuplane.scheduler import PolicyIndex
     from gpuplane.scheduler.preemption import _sources
-    from gpuplane.scheduler.state import CycleState, Standing
+    from gpuplane.scheduler.running import Standing
+    from gpuplane.scheduler.state import CycleState
 
     p = policy(scheduling={"starvation_guard_hours": 1, "starvation_guard_preempts_borrowed": True})
     st = CycleState(PolicyIndex(p), nodes(p, train=1), 0.0)

@@ -1,7 +1,7 @@
-"""A kept state carries its victim index into the next cycle while no work starts, ends or moves and no run's
-standing can have changed (``VictimIndex.carry``): the decisions must stay those of a fresh snapshot when a run's
-protection ends with nothing else happening, and when the index was built after an admission of its own cycle
-(which it left out)."""
+"""A kept state carries its victim index from cycle to cycle (``VictimIndex.advance``, ``VictimIndex.discard``): runs
+that start, end or are stopped join and leave it, and a run's standing is computed again when it may have changed.
+The decisions must stay those of a fresh snapshot when a run's protection ends with nothing else happening, when the
+index was built after an admission of its own cycle (which it left out), and when runs end between cycles."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from gpuplane.model import ClusterSnapshot, DecisionKind, RunningWorkload, Workl
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex, schedule
 from gpuplane.scheduler.cycle import run_cycle
+from gpuplane.scheduler.running import VictimRules
 from gpuplane.scheduler.state import CycleState
 from tests.unit.fixtures import job, nodes, policy
 
@@ -50,7 +51,7 @@ def test_a_run_passing_its_reclaim_minimum_runtime_between_quiet_cycles_becomes_
     assert ("r", DecisionKind.PREEMPT.value, "preempted_to_reclaim_quota") in later
 
 
-def test_an_index_built_after_its_cycles_admission_is_not_carried() -> None:
+def test_an_index_built_after_its_cycles_admission_takes_that_work_in_the_next_cycle() -> None:
     """Cycle 1 admits w1 and then searches for w2, building the index without w1 (admitted this cycle). In
     cycle 2 nothing has started or ended, and a high-priority job must be able to take w1."""
     p = policy(scheduling={"preemption": {"enabled": True}})
@@ -59,7 +60,7 @@ def test_an_index_built_after_its_cycles_admission_is_not_carried() -> None:
     w1, w2 = job("w1", "a", gpus=8, t=0.0, preemptible=True), job("w2", "b", gpus=8, t=1.0)
     first = _decide_both(p, index, kept, 0.0, [], [w1, w2])
     assert ("w1", "admit") in {(w, k) for w, k, _ in first}
-    assert kept._victims is not None and not kept._victims.every_run, "built after w1's admission, without it"
+    assert kept._victims is not None and "w1" not in kept._victims.levels, "built after w1's admission, without it"
     placed = next(d.placement for d in run_cycle(CycleState(index, nodes(p, train=1), 0.0), 0.0, [w1]).decisions)
     running = [RunningWorkload(w1, placed, 0.0)]  # type: ignore[arg-type]
     urgent = job("h", "a", gpus=8, t=30.0, priority="high")
@@ -67,10 +68,9 @@ def test_an_index_built_after_its_cycles_admission_is_not_carried() -> None:
     assert ("w1", DecisionKind.PREEMPT.value) in {(w, k) for w, k, _ in second}
 
 
-def test_a_new_index_takes_over_the_victim_sums_only_of_queues_whose_runs_are_unchanged() -> None:
-    """Runs of teams a and b are indexed and their victim sums asked; b's run ends. The next index takes over a's
-    sums (a's runs hold the same GPUs per standing) and sums b's again: taking b's over too would count the ended
-    run as a victim."""
+def test_the_carried_index_keeps_the_victim_sums_only_of_queues_whose_runs_are_unchanged() -> None:
+    """Runs of teams a and b are indexed and their victim sums asked; b's run ends. The carried index keeps a's
+    sums (a's runs are unchanged) and sums b's again: keeping b's too would count the ended run as a victim."""
     p = policy(scheduling={"preemption": {"enabled": True}})
     index = PolicyIndex(p)
     ra, rb = job("ra", "a", gpus=8, preemptible=True), job("rb", "b", gpus=8, preemptible=True)
@@ -88,9 +88,47 @@ def test_a_new_index_takes_over_the_victim_sums_only_of_queues_whose_runs_are_un
     assert first.milli_where("b", "h100", every, ("any",)) == 8000
     state.finish("rb")
     state.begin_cycle(20.0)
-    second = state.victims
-    assert second is not first
-    assert ("a", "h100") in second._milli_sums, "a's sums are taken over"
-    assert ("b", "h100") not in second._milli_sums, "b's run ended: its sums are not"
-    assert second.milli_where("b", "h100", every, ("any",)) == 0
-    assert second.milli_where("a", "h100", every, ("any",)) == 8000
+    assert state.victims is first, "carried, not built anew"
+    assert first.sums_kept() == 1, "a's sums are kept, b's are not"
+    assert first.milli_where("b", "h100", every, ("any",)) == 0
+    assert first.milli_where("a", "h100", every, ("any",)) == 8000
+
+
+def test_a_carried_index_places_runs_as_a_fresh_one_after_starts_ends_and_time() -> None:
+    """Across cycles in which runs start, end and pass level thresholds and minimum runtimes, the carried index holds
+    the same runs in the same standings, levels, protections and GPU totals as an index built afresh at each cycle."""
+    p = policy(
+        scheduling={
+            "preemption": {"enabled": True, "min_runtime_s": 300, "spare_oldest_within_nominal": True},
+            "service_levels": {"thresholds_gpu_hours": [0.5, 2]},
+        }
+    )
+    index = PolicyIndex(p)
+    state = CycleState(index, nodes(p, train=4), 0.0)
+    jobs = [job(f"j{i}", "ab"[i % 2], gpus=1 + i % 3, t=float(i), preemptible=True) for i in range(12)]
+    now = 0.0
+    pending = list(jobs)
+    for step in range(12):
+        now += 400.0 * (1 + step % 3)
+        result = run_cycle(state, now, pending)
+        started = {d.workload_id for d in result.admitted}
+        pending = [w for w in pending if w.id not in started]
+        carried = state.victims
+        rebuilt = type(carried)(
+            (e for e in state.running.values() if not e.admitted_now), now, VictimRules.of(index), index.queues
+        )
+        assert {k: {s: set(v) for s, v in m.items()} for k, m in carried.members.items()} == {
+            k: {s: set(v) for s, v in m.items()} for k, m in rebuilt.members.items()
+        }
+        assert carried.milli == rebuilt.milli
+        assert carried.largest == rebuilt.largest
+        assert carried.levels == rebuilt.levels
+        assert carried.core == rebuilt.core
+        assert (carried.young, carried.reclaim_young, carried.promoted) == (
+            rebuilt.young,
+            rebuilt.reclaim_young,
+            rebuilt.promoted,
+        )
+        assert carried.until == rebuilt.until
+        for wid in sorted(state.running)[: step % 3]:
+            state.finish(wid)

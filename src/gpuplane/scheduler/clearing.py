@@ -19,7 +19,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 
 from gpuplane.scheduler.capacity import CapacityIndex
-from gpuplane.scheduler.state import NodeVictim, RunEntry, VictimIndex
+from gpuplane.scheduler.running import NodeVictim, RunEntry, VictimIndex
 
 CostKey = tuple[tuple[int, int, float], float, int]
 """A costed node in clearing order: worst victim (tier, negated level, wait), cost, node index."""

@@ -36,6 +36,7 @@ from gpuplane.scheduler.pending import PendingChanges
 from gpuplane.scheduler.preemption import plan_preemption, refused_at_once
 from gpuplane.scheduler.reasons import make_reason
 from gpuplane.scheduler.resolve import FlavorOption, InvalidWorkload, Resolved, queueing_delay
+from gpuplane.scheduler.running import RunEntry
 from gpuplane.scheduler.settled import (
     HeapKey,
     Outcome,
@@ -46,7 +47,7 @@ from gpuplane.scheduler.settled import (
     waiting_in_order,
     with_settled,
 )
-from gpuplane.scheduler.state import CycleState, QuietRecord, Reservation, Resolutions, RunEntry
+from gpuplane.scheduler.state import CycleState, QuietRecord, Reservation, Resolutions
 
 _FAILURE_RANK = {
     code: rank

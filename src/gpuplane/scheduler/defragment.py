@@ -31,7 +31,8 @@ from gpuplane.scheduler.admission import Fit
 from gpuplane.scheduler.capacity import PoolCapacity
 from gpuplane.scheduler.placement import PodSlot, Shape, place
 from gpuplane.scheduler.resolve import FlavorOption, Resolved
-from gpuplane.scheduler.state import CycleState, NodeVictim, RunEntry
+from gpuplane.scheduler.running import NodeVictim, RunEntry
+from gpuplane.scheduler.state import CycleState
 
 CANDIDATE_NODES = 16
 """Nodes costed per pod to open: the cheapest are tried first, so a bound keeps a search short on big pools."""

@@ -38,7 +38,8 @@ from gpuplane.scheduler.admission import Admitter, Fit
 from gpuplane.scheduler.clearing import ClearingCosts
 from gpuplane.scheduler.index import QueueInfo
 from gpuplane.scheduler.resolve import FlavorOption, Resolved
-from gpuplane.scheduler.state import CycleState, RunEntry, Standing, VictimIndex
+from gpuplane.scheduler.running import RunEntry, Standing, VictimIndex
+from gpuplane.scheduler.state import CycleState
 
 
 @dataclass(slots=True)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from gpuplane.model.cluster import Node
 from gpuplane.model.gpu import MILLI_PER_GPU
@@ -14,70 +13,12 @@ from gpuplane.model.load import LoadSignals
 from gpuplane.model.placement import Placement, PodPlacement
 from gpuplane.model.workload import RunningWorkload, Workload
 from gpuplane.scheduler.capacity import CapacityIndex, SnapshotError
-from gpuplane.scheduler.index import PolicyIndex, QueueInfo, TierInfo, service_level
+from gpuplane.scheduler.index import PolicyIndex
 from gpuplane.scheduler.pending import Gathered, PendingChanges, PendingQueues
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
-
-if TYPE_CHECKING:
-    from gpuplane.scheduler.clearing import ClearingCosts
-
-
-@dataclass(slots=True, eq=False)
-class RunEntry:
-    """A workload holding GPUs, as the cycle tracks it (snapshot's running work plus this cycle's admits)."""
-
-    id: str
-    queue: QueueInfo | None
-    tier: TierInfo | None
-    preemptible: bool
-    pool: str
-    flavor: str
-    milli: int
-    slots: list[PodSlot]
-    start: float
-    end_estimate: float
-    last_checkpoint: float | None = None
-    checkpoint_interval: float | None = None
-    admitted_now: bool = False
-    evicted: bool = False
-    attained_gpu_s: float = 0.0
-    """GPU-seconds received before this run started."""
-    waited_s: float = 0.0
-    """Queueing delay accumulated before this run started: from submission to start, less earlier runs."""
-    aged: bool = False
-    """Started after the starvation guard promoted it: never taken by other promoted work, and protected
-    when the policy's ``starvation_guard_protects_runs`` says so."""
-    spread_group: str | None = None
-    preempted_before: int = 0
-    """How many times the job's runs were preempted before this one."""
-
-    def level(self, now: float, thresholds_gpu_s: tuple[float, ...], protected: bool = False) -> int:
-        """Attained-service level at ``now``: earlier service plus this run's GPU-seconds so far (0 for a
-        promoted run while its promotion protects it)."""
-        if not thresholds_gpu_s or protected:
-            return 0
-        return service_level(thresholds_gpu_s, self.attained_gpu_s + self.gpus * max(0.0, now - self.start))
-
-    def lost_work_s(self, now: float) -> float:
-        """Progress lost if stopped now: time since the last checkpoint, or since start.
-
-        A reported checkpoint is authoritative; work that reported none but declares a checkpoint
-        interval is taken to have checkpointed every interval since its start.
-        """
-        if self.last_checkpoint is not None:
-            since = max(self.start, self.last_checkpoint)
-        elif self.checkpoint_interval and now > self.start:
-            since = self.start + (now - self.start) // self.checkpoint_interval * self.checkpoint_interval
-        else:
-            since = self.start
-        return max(0.0, now - since)
-
-    @property
-    def gpus(self) -> float:
-        """GPUs held, MIG slices counted by their quota charge."""
-        return self.milli / MILLI_PER_GPU
+from gpuplane.scheduler.running import _CARRY_MARGIN_S, RunEntry, VictimIndex, VictimRules
 
 
 @dataclass(slots=True)
@@ -168,16 +109,14 @@ class CycleState:
             flavor = index.pools[node.pool].flavor
             self.flavor_capacity[flavor] = self.flavor_capacity.get(flavor, 0) + node.gpus * MILLI_PER_GPU
         self._victims: VictimIndex | None = None
-        self._previous_sums: VictimSums | None = None
-        """The victim sums of the last index dropped (not the index: it holds every node's victims), which the next
-        one takes over where they still hold (``VictimIndex.inherit_sums``)."""
+        self._victim_rules = VictimRules.of(index)
         self.sources: tuple[int, dict[tuple[object, ...], Any]] = (-1, {})
         """Preemption sources found while the same queues borrow (``QuotaLedger.borrow_version``;
         ``preemption._sources``)."""
         self.changes = 0
         """Counts the lasting changes of running work and nodes (admitted, evicted, finished, loaded; nodes down or
         up): equal counts and equal victim standings mean an unchanged state for a preemption search's cheap tests."""
-        self._refused: tuple[frozenset[tuple[object, ...]], int, VictimIndex] | None = None
+        self._refused: tuple[frozenset[tuple[object, ...]], int, VictimIndex, int] | None = None
         self._admitted: list[RunEntry] = []
         self._resolutions = Resolutions() if resolutions is None else resolutions
         self._resolutions.follow(self.guard_s)
@@ -240,8 +179,8 @@ class CycleState:
         return r.promote_base + self.guard_s
 
     def victims_until(self) -> float:
-        """Before when the kept victim index can be carried into a cycle (``VictimIndex.carry``); infinity without
-        one (no search has needed it since the last change)."""
+        """Before when no run of the kept victim index changes its standing (``VictimIndex.until``, a second early);
+        infinity without one (no search has needed it since it was last dropped)."""
         if self._victims is None:
             return math.inf
         return self._victims.until - _CARRY_MARGIN_S
@@ -289,15 +228,15 @@ class CycleState:
         self.reservations = {}
         for entry in self._admitted:
             entry.admitted_now = False
-        self._admitted = []
         victims = self._victims
-        if victims is not None and not (
-            self.incremental
-            and victims.every_run  # not built after admissions of its own cycle, which it left out
-            and victims.built_at == self.changes
-            and victims.carry(now)
-        ):
-            self._drop_victims()
+        if victims is not None:
+            running = self.running
+            started = [e for e in self._admitted if running.get(e.id) is e]
+            if self.incremental and victims.advance(now, started):
+                victims.synced_at = self.changes
+            else:
+                self._drop_victims()
+        self._admitted = []
         self.cap.commit()
 
     def admitted(self, entry: RunEntry) -> None:
@@ -317,52 +256,33 @@ class CycleState:
         self.changes += 1
         self.release(entry)
         self.cap.commit()
-        self._drop_victims()
+        if self._victims is not None and self.incremental:
+            self._victims.discard(entry)
+            self._victims.synced_at = self.changes
+        else:
+            self._drop_victims()
 
     def _drop_victims(self) -> None:
         """The victim index no longer holds: the next cycle that needs one builds it anew (``victims``)."""
-        if self._victims is not None:
-            self._previous_sums = self._victims.sums()
-            self._victims = None
+        self._victims = None
 
     @property
     def victims(self) -> VictimIndex:
         """Preemptible running work in victim order, built when a cycle first needs it."""
         if self._victims is None:
-            entries = [e for e in self.running.values() if not e.admitted_now]
-            queues = self.index.queues
-            core = nominal_core(entries, queues) if self.index.spare_nominal_core else frozenset()
-            protected: frozenset[str] = frozenset()
-            if self.index.protect_promoted:
-                aged = [e for e in entries if e.aged]
-                within = self.index.protect_promoted_within_nominal
-                protected = nominal_core(aged, queues) if within else frozenset(e.id for e in aged)
-            self._victims = VictimIndex(
-                entries,
-                self.now,
-                self.index.level_thresholds_gpu_s,
-                core,
-                protected,
-                self.index.min_runtime_s,
-                1 if self.index.promoted_preempt_borrowed else None,
-                self.index.reclaim_min_runtime_s,
-                self.index.policy.scheduling.preemption.victims_least_waited_first,
-                self.index.policy.scheduling.preemption.spare_after_preemptions,
-            )
+            entries = (e for e in self.running.values() if not e.admitted_now)
+            self._victims = VictimIndex(entries, self.now, self._victim_rules, self.index.queues)
             self._victims.incremental = self.incremental
-            self._victims.built_at = self.changes
-            self._victims.every_run = len(entries) == len(self.running)
-            if self.incremental and self._previous_sums is not None:
-                self._victims.inherit_sums(self._previous_sums)
-            self._previous_sums = None
+            self._victims.synced_at = self.changes
         return self._victims
 
     def keep_refused(self, refused: set[tuple[object, ...]]) -> None:
         """Keep the preemption shapes a cycle found refused at the search's cheap tests (``preemption.refused_at_once``)
-        for the next cycle: they hold there while nothing has changed since this cycle built its victim index."""
+        for the next cycle: they hold there while nothing has changed since this cycle's victim index was built or
+        brought forward."""
         victims = self._victims
-        if refused and victims is not None and victims.built_at == self.changes and self.incremental:
-            self._refused = (frozenset(refused), self.changes, victims)
+        if refused and victims is not None and victims.synced_at == self.changes and self.incremental:
+            self._refused = (frozenset(refused), self.changes, victims, victims.version)
         else:
             self._refused = None
 
@@ -373,8 +293,7 @@ class CycleState:
         kept, self._refused = self._refused, None
         if kept is None or kept[1] != self.changes:
             return frozenset()
-        before, now = kept[2], self.victims
-        if now.ids != before.ids or now.standings != before.standings or now.core != before.core:
+        if self.victims is not kept[2] or kept[2].version != kept[3]:
             return frozenset()
         return kept[0]
 
@@ -534,327 +453,3 @@ class CycleState:
                 for node, gpus, part in slots
             ),
         )
-
-
-VictimRank = tuple[int, int, float, float, float, str]
-NodeVictim = tuple[VictimRank, RunEntry, int, int]
-"""A victim on one node: its rank, the entry, the GPUs it holds on the node, its group (``VictimIndex.groups``)."""
-
-
-def victim_rank(entry: RunEntry, now: float, level: int = 0, by_wait: bool = False) -> VictimRank:
-    """Victim order: lowest tier first, then most service received, then (``by_wait``: the policy's
-    ``preemption.victims_least_waited_first``) least queueing delay before the run, then least work lost, then
-    latest start. Ordering equally served victims by their waits spreads the stops over them instead of
-    stopping the same long run each time, so no one run's waiting piles up."""
-    tier = entry.tier.value if entry.tier is not None else 0
-    return (tier, -level, entry.waited_s if by_wait else 0.0, entry.lost_work_s(now), -entry.start, entry.id)
-
-
-VictimSums = tuple[dict[tuple[str, str], dict["Standing", int]], dict[tuple[str, str], dict[tuple[object, ...], int]]]
-"""An index's milli-GPUs per (queue, flavor) and standing, and its victim sums per (queue, flavor) and rule."""
-
-
-class Standing(NamedTuple):
-    """What decides whether running work may be a victim: its tier, its attained-service level, and whether
-    it is spared at its own tier (it started after the starvation guard promoted it, or it has run less than
-    ``preemption.min_runtime_s``; for reclaim, ``preemption.reclaim_min_runtime_s``)."""
-
-    tier: TierInfo
-    level: int
-    promoted: bool
-    aged: bool = False
-    """Started after the starvation guard promoted it (protected or not)."""
-    guarded: bool = False
-    """Protected by its promotion (``promoted`` without the minimum runtime's part)."""
-    reclaim_young: bool = False
-    """Has run less than the reclaim minimum runtime: spared reclaim at its own tier or above."""
-
-
-def nominal_core(entries: Iterable[RunEntry], queues: Mapping[str, QueueInfo]) -> frozenset[str]:
-    """Each queue's earliest-started runs per flavor that fit within its nominal quota, in start order.
-
-    With ``preemption.spare_oldest_within_nominal`` these runs are never taken by another queue (reclaim,
-    or less-served work taking borrowed GPUs): what a queue borrows is its newest work, as Kueue takes the
-    most recently admitted workloads of a borrowing queue first, so a team's long runs that started
-    within its guarantee finish. Non-preemptible runs count against the nominal quota too.
-    """
-    by_key: dict[tuple[str, str], list[RunEntry]] = {}
-    for e in entries:
-        if e.queue is not None:
-            by_key.setdefault((e.queue.name, e.flavor), []).append(e)
-    core: set[str] = set()
-    for (queue, flavor), runs in by_key.items():
-        room = queues[queue].quota(flavor).nominal
-        for e in sorted(runs, key=lambda run: (run.start, run.id)):
-            if e.milli > room:
-                break
-            room -= e.milli
-            core.add(e.id)
-    return frozenset(core)
-
-
-_CARRY_MARGIN_S = 1.0
-
-
-def _standing_until(
-    e: RunEntry,
-    runtime: float,
-    thresholds_gpu_s: tuple[float, ...],
-    level: int | None,
-    min_runtime_s: float | None,
-    reclaim_min_runtime_s: float | None,
-) -> float:
-    """When ``e``'s standing may next change: it passes a minimum runtime, or its attained service reaches the
-    threshold above its ``level`` (``RunEntry.level`` now; None while its promotion holds it at 0), infinity when
-    neither can happen."""
-    until = math.inf
-    if min_runtime_s is not None and runtime < min_runtime_s:
-        until = e.start + min_runtime_s
-    if reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s:
-        until = min(until, e.start + reclaim_min_runtime_s)
-    if level is not None and level < len(thresholds_gpu_s) and e.milli > 0:
-        until = min(until, e.start + (thresholds_gpu_s[level] - e.attained_gpu_s) / e.gpus)
-    return until
-
-
-class VictimIndex:
-    """The snapshot's preemptible running work per (queue, flavor) and standing, in victim order, with GPU
-    totals by standing (a preemptor accepts or refuses whole standings, so refused work is never walked).
-
-    Work admitted during the cycle is never a victim, so the index only shrinks as entries are evicted.
-    Levels are taken at the cycle's ``now`` (0 for every entry when the policy declares none).
-    """
-
-    def __init__(
-        self,
-        entries: Iterable[RunEntry],
-        now: float,
-        thresholds_gpu_s: tuple[float, ...] = (),
-        core: frozenset[str] = frozenset(),
-        protected: frozenset[str] = frozenset(),
-        min_runtime_s: float | None = None,
-        aged_level: int | None = None,
-        reclaim_min_runtime_s: float | None = None,
-        by_wait: bool = False,
-        spare_after_preemptions: int | None = None,
-    ) -> None:
-        self.members: dict[tuple[str, str], dict[Standing, list[RunEntry]]] = {}
-        """Indexed work per (queue, flavor) and standing, unordered; ranked on first use (``ranked``)."""
-        self._ranked: dict[tuple[str, str], dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
-        self._now, self._by_wait = now, by_wait
-        self.milli: dict[tuple[str, str], dict[Standing, int]] = {}
-        self.largest: dict[tuple[str, str], int] = {}
-        """The most milli-GPUs one indexed run of (queue, flavor) holds (not lowered by evictions: an upper bound)."""
-        self.levels: dict[str, int] = {}
-        self.core = core
-        """Ids of runs spared from other queues' preemption (``nominal_core``); empty unless the policy asks."""
-        self.promoted: set[str] = set()
-        """Ids of promoted runs whose promotion protects them (``protected``: all promoted runs, or with
-        ``starvation_guard_protects_runs: within_nominal`` the earliest that fit the queue's nominal quota)."""
-        self.young: set[str] = set()
-        """Ids of runs within ``preemption.min_runtime_s`` of their start, or of jobs preempted at least
-        ``preemption.spare_after_preemptions`` times before: spared like promoted runs."""
-        self.reclaim_young: set[str] = set()
-        """Ids of runs within the reclaim minimum runtime of their start: spared reclaim."""
-        self.groups: list[tuple[str, str, Standing]] = []
-        """Every (queue, flavor, standing) of indexed work; a victim filter accepts or refuses whole groups."""
-        self.group_nodes: list[set[int]] = []
-        """The nodes each group's work runs on (with ``groups``, built with ``on_node``)."""
-        self._by_node: dict[int, list[NodeVictim]] | None = None
-        self._on_node: dict[int, list[tuple[RunEntry, int, int]]] | None = None
-        self.touched: list[int] = []
-        """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
-        the clearing costs of ``clearing`` are brought up to date from it."""
-        self.clearing: dict[tuple[object, ...], ClearingCosts] = {}
-        self._milli_sums: dict[tuple[str, str], dict[tuple[object, ...], int]] = {}
-        """Per (queue, flavor), ``milli_where``'s sums per victim rule, until work of that queue and flavor is evicted
-        (or, in the next index, while that queue and flavor hold the same GPUs per standing: ``inherit_sums``)."""
-        self.incremental = True
-        """Per-node clearing costs per victim filter (``scheduler.clearing``), kept for the rest of the cycle."""
-        self.built_at = 0
-        """``CycleState.changes`` when the index was built."""
-        self.ids: list[str] = []
-        self.standings: list[Standing] = []
-        """The indexed runs and their standings, in the order indexed (``CycleState.refused_kept`` compares them)."""
-        self.every_run = False
-        """Whether every running run was looked at (none left out as admitted during the cycle that built it)."""
-        self.until = math.inf
-        """Before this time no indexed run's standing can change (a level threshold reached, a minimum runtime
-        passed): while no work starts, ends or moves, a kept state carries the index into its next cycle
-        (``carry``)."""
-        members, levels, ids, standings = self.members, self.levels, self.ids, self.standings
-        for e in entries:  # once per running job and cycle: each standing hashed once
-            queue = e.queue
-            if not e.preemptible or queue is None or e.tier is None:
-                continue
-            eid = e.id
-            promoted = eid in protected
-            if promoted:
-                self.promoted.add(eid)
-            level = e.level(now, thresholds_gpu_s, protected=promoted) if thresholds_gpu_s else 0
-            runtime = now - e.start
-            self.until = min(
-                self.until,
-                _standing_until(
-                    e, runtime, thresholds_gpu_s, None if promoted else level, min_runtime_s, reclaim_min_runtime_s
-                ),
-            )
-            if e.aged and aged_level is not None:
-                level = min(level, aged_level)
-            levels[eid] = level
-            if (min_runtime_s is not None and runtime < min_runtime_s) or (
-                spare_after_preemptions is not None and e.preempted_before >= spare_after_preemptions
-            ):
-                self.young.add(eid)
-            if reclaim_min_runtime_s is not None and runtime < reclaim_min_runtime_s:
-                self.reclaim_young.add(eid)
-            standing = self.standing(e, level, promoted)
-            ids.append(eid)
-            standings.append(standing)
-            by_standing = members.get((queue.name, e.flavor))
-            if by_standing is None:
-                by_standing = members[(queue.name, e.flavor)] = {}
-            runs = by_standing.get(standing)
-            if runs is None:
-                by_standing[standing] = [e]
-            else:
-                runs.append(e)
-        for key, by_standing in members.items():
-            self.milli[key] = {standing: sum(e.milli for e in runs) for standing, runs in by_standing.items()}
-            largest = max(e.milli for runs in by_standing.values() for e in runs)
-            if largest > 0:
-                self.largest[key] = largest
-
-    def carry(self, now: float) -> bool:
-        """Serve a later cycle at ``now`` when the caller knows no work has started, ended or moved since the index
-        was built: True (and the cycle's caches reset: ranks, nodes, clearing costs, which follow each run's lost
-        work) when no run's standing can have changed by then (``until``, kept a second short of the first change
-        so that rounding never decides), False when the index must be built anew."""
-        if not self._now <= now < self.until - _CARRY_MARGIN_S:
-            return False
-        self._now = now
-        self._ranked = {}
-        self._by_node = None
-        self._on_node = None
-        self.groups = []
-        self.group_nodes = []
-        self.touched = []
-        self.clearing = {}
-        return True
-
-    def sums(self) -> VictimSums:
-        """The GPUs per standing and the victim sums per queue and flavor, for the next index (``inherit_sums``)."""
-        return self.milli, self._milli_sums
-
-    def inherit_sums(self, previous: VictimSums) -> None:
-        """Take over the victim sums (``milli_where``) of a previous index (``sums``) for every queue and flavor whose
-        work holds the same milli-GPUs per standing in both: a sum reads nothing else, so only the queues whose runs
-        started, ended or changed standing since are summed again (in a saturated cluster, a few of many)."""
-        milli, sums_of = previous
-        for key, sums in sums_of.items():
-            held = self.milli.get(key)
-            if held is not None and held == milli.get(key):
-                self._milli_sums[key] = dict(sums)
-
-    def ranked(self, key: tuple[str, str]) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
-        """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked: a cycle
-        whose searches stop at the cheap test (``milli_where``) never ranks anything."""
-        by_standing = self._ranked.get(key)
-        if by_standing is None:
-            now, by_wait, levels = self._now, self._by_wait, self.levels
-            by_standing = {
-                standing: sorted(
-                    ((victim_rank(e, now, levels[e.id], by_wait), e) for e in entries), key=lambda pair: pair[0]
-                )
-                for standing, entries in self.members.get(key, {}).items()
-            }
-            self._ranked[key] = by_standing
-        return by_standing
-
-    def accepted(
-        self, queue: str, flavor: str, accept: Callable[[Standing], bool]
-    ) -> list[list[tuple[VictimRank, RunEntry]]]:
-        """The ranked lists of ``queue``'s work on ``flavor`` whose standing ``accept`` takes."""
-        return [ranked for standing, ranked in self.ranked((queue, flavor)).items() if accept(standing)]
-
-    @property
-    def on_node(self) -> dict[int, list[tuple[RunEntry, int, int]]]:
-        """Per node, the indexed work on it in no particular order, each with the GPUs it holds there and its group
-        (an index into ``groups``, which this builds with ``group_nodes``): what a count of the nodes a filter could
-        clear reads, without ranking any victim (``ClearingCosts.count``)."""
-        if self._on_node is None:
-            on_node: dict[int, list[tuple[RunEntry, int, int]]] = {}
-            for (queue, flavor), by_standing in self.members.items():
-                for standing, entries in by_standing.items():
-                    group = len(self.groups)
-                    self.groups.append((queue, flavor, standing))
-                    nodes: set[int] = set()
-                    self.group_nodes.append(nodes)
-                    for e in entries:
-                        for node in {slot[0] for slot in e.slots}:
-                            nodes.add(node)
-                            gpus = sum(len(g) for n, g, _ in e.slots if n == node)
-                            on_node.setdefault(node, []).append((e, gpus, group))
-            self._on_node = on_node
-        return self._on_node
-
-    @property
-    def by_node(self) -> dict[int, list[NodeVictim]]:
-        """Per node, ``on_node``'s work in victim order, each with its rank, built when first needed."""
-        if self._by_node is None:
-            rank_of = {e.id: rank for key in self.members for ranked in self.ranked(key).values() for rank, e in ranked}
-            self._by_node = {
-                node: sorted(((rank_of[e.id], e, gpus, group) for e, gpus, group in entries), key=itemgetter(0))
-                for node, entries in self.on_node.items()
-            }
-        return self._by_node
-
-    def touch(self, slots: Iterable[PodSlot]) -> None:
-        """The nodes of ``slots`` changed for good (work admitted there, or evicted from there)."""
-        self.touched.extend(slot[0] for slot in slots)
-
-    def level(self, entry: RunEntry) -> int:
-        """The attained-service level of an indexed entry at the cycle's time."""
-        return self.levels.get(entry.id, 0)
-
-    def standing(self, entry: RunEntry, level: int | None = None, guarded: bool | None = None) -> Standing:
-        """Tier, level, promotion and minimum-runtime protections of an indexed entry."""
-        assert entry.tier is not None
-        guarded = entry.id in self.promoted if guarded is None else guarded
-        return Standing(
-            entry.tier,
-            self.level(entry) if level is None else level,
-            guarded or entry.id in self.young,
-            entry.aged,
-            guarded,
-            entry.id in self.reclaim_young,
-        )
-
-    def remove(self, entry: RunEntry) -> None:
-        """Account an evicted entry (it stays in the ranked list, flagged, and is skipped)."""
-        self.touch(entry.slots)
-        if entry.queue is None or entry.tier is None or not entry.preemptible:
-            return
-        self._milli_sums.pop((entry.queue.name, entry.flavor), None)
-        by_standing = self.milli.get((entry.queue.name, entry.flavor))
-        standing = self.standing(entry)
-        if by_standing is not None and standing in by_standing:
-            by_standing[standing] -= entry.milli
-
-    def milli_where(
-        self, queue: str, flavor: str, accept: Callable[[Standing], bool], rule: tuple[object, ...] | None = None
-    ) -> int:
-        """Milli-GPUs held by not-yet-evicted preemptible work of ``queue`` on ``flavor`` whose standing is accepted.
-
-        ``rule`` names ``accept`` exactly (the same rule accepts the same standings): the sum is then remembered
-        until the next eviction, since the searches of one cycle ask it again and again."""
-        if rule is not None and self.incremental:
-            sums = self._milli_sums.get((queue, flavor))
-            if sums is None:
-                sums = self._milli_sums[(queue, flavor)] = {}
-            cached = sums.get(rule)
-            if cached is None:
-                cached = sums[rule] = self.milli_where(queue, flavor, accept)
-            return cached
-        by_standing = self.milli.get((queue, flavor), {})
-        return sum(m for standing, m in by_standing.items() if accept(standing))
