@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
@@ -47,6 +48,8 @@ class Gathered:
     told: dict[str, list[ReasonCode | None]] = field(default_factory=dict)
     """Per queue, what each of its workloads was last told (``Resolved.told``) in queue order: the carried queues' own
     lists, which the cycle and the runtime's reading of its news keep up to date until the next gather."""
+    distinct: dict[str, list[int]] = field(default_factory=dict)
+    """Per queue, its workloads' shapes, each once (in no particular order)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,18 +159,22 @@ class PendingQueues:
                     queue.insert(at, r)
                     view.shapes.insert(at, r.shape)
                     view.told.insert(at, r.told)
+                    view.counts[r.shape] = view.counts.get(r.shape, 0) + 1
         self.had_invalid = bool(invalid)
         queues: dict[str, list[Resolved | None]] = {}
         shapes: dict[str, list[int]] = {}
         told: dict[str, list[ReasonCode | None]] = {}
+        distinct: dict[str, list[int]] = {}
         for name, q in self.queues.items():
             if q:
                 queues[name] = list(q)
                 view = self.views.get(name)
                 if view is None:
-                    view = self.views[name] = _QueueView(list(map(_shape_of, q)), list(map(_told_of, q)))
+                    kinds = list(map(_shape_of, q))
+                    view = self.views[name] = _QueueView(kinds, list(map(_told_of, q)), dict(Counter(kinds)))
                 shapes[name] = list(view.shapes)
                 told[name] = view.told
+                distinct[name] = list(view.counts)
         return Gathered(
             queues,
             invalid,
@@ -175,6 +182,7 @@ class PendingQueues:
             self._earliest(self.yields, _yielding),
             shapes,
             told,
+            distinct,
         )
 
     def _found(self, pending: Sequence[Workload]) -> Iterable[Workload]:
@@ -220,6 +228,11 @@ class PendingQueues:
         if view is not None:
             del view.shapes[at]
             del view.told[at]
+            left = view.counts[r.shape] - 1
+            if left:
+                view.counts[r.shape] = left
+            else:
+                del view.counts[r.shape]
 
     def _current(self, r: Resolved) -> bool:
         return self.resolved.get(id(r.workload)) is r
@@ -265,6 +278,8 @@ class _QueueView:
 
     shapes: list[int]
     told: list[ReasonCode | None]
+    counts: dict[int, int]
+    """How many of its workloads have each shape."""
 
 
 def _unpromoted(r: Resolved) -> bool:

@@ -320,6 +320,8 @@ class Parking:
         self.shapes: Mapping[str, list[int]] = {}
         """Per queue, its workloads' shapes in queue order, when the runtime's carried queues keep them (else each
         queue's are read at its first scan of the cycle)."""
+        self.distinct: Mapping[str, list[int]] = {}
+        """Per queue whose ``shapes`` are kept, its shapes, each once: the shapes a scan looks for."""
 
     def try_park(
         self,
@@ -368,9 +370,12 @@ class Parking:
         cached = self._shapes.get(name)
         if cached is None or cached.base > head or cached.items is not items:
             kept = self.shapes.get(name)
-            base = 0 if kept is not None else head
-            shapes = kept if kept is not None else list(map(_shape_of, items[head:]))
-            cached = self._shapes[name] = _QueueShapes(items, base, shapes, dict.fromkeys(shapes[head - base :], -1))
+            if kept is not None:  # a shape that occurs only before the head is dropped at its first search
+                base, shapes, distinct = 0, kept, self.distinct[name]
+            else:
+                base = head
+                shapes = distinct = list(map(_shape_of, items[head:]))
+            cached = self._shapes[name] = _QueueShapes(items, base, shapes, dict.fromkeys(distinct, -1))
         shapes, base, next_at = cached.shapes, cached.base, cached.next_at
         offset = head - base
         firsts: list[tuple[int, int]] = []
