@@ -132,3 +132,38 @@ def test_a_carried_index_places_runs_as_a_fresh_one_after_starts_ends_and_time()
         assert carried.until == rebuilt.until
         for wid in sorted(state.running)[: step % 3]:
             state.finish(wid)
+
+
+def test_the_victims_a_search_may_take_are_kept_while_the_index_is_unchanged_and_summed_again_after_an_eviction() -> (
+    None
+):
+    """Team a's waiting job may take b's borrowed runs. The sums of what its sources allow are kept (asked twice, the
+    same dict), and after one of b's runs is evicted they are the remaining run's: a kept sum would count the
+    evicted run as a victim still."""
+    from gpuplane.scheduler.preemption import _allowed_victims, _sources
+
+    teams = [
+        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 16}}},
+        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 0, "borrowing_limit": 16}}},
+        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
+    ]
+    p = policy(teams=teams, scheduling={"preemption": {"enabled": True, "reclaim_within_cohort": "any"}})
+    index = PolicyIndex(p)
+    teams_b = [job(f"b{i}", "b", gpus=8, preemptible=True) for i in range(2)]
+    placed = schedule(index, ClusterSnapshot(0.0, nodes(p, train=2), [], teams_b)).admitted
+    by_id = {w.id: w for w in teams_b}
+    state = CycleState(index, nodes(p, train=2), 0.0)
+    state.load([RunningWorkload(by_id[d.workload_id], d.placement, 0.0) for d in placed])  # type: ignore[arg-type]
+    state.begin_cycle(10.0)
+    r = state.resolve(job("a1", "a", gpus=8, t=5.0))
+    option = r.options[0]
+    sources, _ = _sources(state, r, option)
+    assert "b" in sources, "b borrows: a may reclaim from it"
+    first = _allowed_victims(state, r, option.flavor, sources, state.victims)
+    assert first[0]["b"] == 16000
+    assert _allowed_victims(state, r, option.flavor, sources, state.victims)[0] is first[0], "kept, not summed again"
+    victim = state.running["b0"]
+    state.release(victim)
+    state.evict(victim)
+    again = _allowed_victims(state, r, option.flavor, sources, state.victims)
+    assert again[0]["b"] == 8000 and again[1] == 8000

@@ -23,7 +23,7 @@ spared the level rule at its own tier or above; reclaim at its own tier or above
 work younger than ``preemption.reclaim_min_runtime_s`` (default: ``min_runtime_s``). Only a higher tier
 (or, for young runs, starved work under rule 3) may stop it then.
 With ``preemption.spare_oldest_within_nominal``, a queue's earliest-started runs that fit within its nominal
-quota are never taken by another queue (``state.nominal_core``).
+quota are never taken by another queue (``running.within_nominal``).
 Non-preemptible work is never a victim, nor is work admitted earlier in the same cycle (no churn).
 """
 
@@ -85,6 +85,7 @@ def _sources(st: CycleState, r: Resolved, option: FlavorOption) -> tuple[dict[st
     memo = st.sources
     if memo[0] != st.ledger.borrow_version:
         memo[1].clear()
+        st.victim_sums.clear()
         st.sources = memo = (st.ledger.borrow_version, memo[1])
     kept = st.index.nominal_kept_share
     yields = r.yields and not (
@@ -168,10 +169,8 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
     cluster most searches end here, refused by quota while GPUs are free and nothing may be taken; most of
     the rest are refused by the cohort's quota whatever they stop (a borrowing preemptor whose cohort has
     lent out everything it may), which the ledger tells without walking the victims."""
-    rule = (r.tier.name, r.level, r.starving)
     flavor, index = option.flavor, st.victims
-    by_queue = {name: index.milli_where(name, flavor, s.accept, (s.kind, *rule)) for name, s in sources.items()}
-    victims = sum(by_queue.values())
+    by_queue, victims = _allowed_victims(st, r, flavor, sources, index)
     if victims == 0:
         return False
     released = by_queue
@@ -188,6 +187,24 @@ def _enough(st: CycleState, r: Resolved, option: FlavorOption, sources: dict[str
         return True
     free = sum(st.cap.pools[p.name].free_gpus() for p in option.pools) * MILLI_PER_GPU
     return free + victims >= option.milli * r.required
+
+
+def _allowed_victims(
+    st: CycleState, r: Resolved, flavor: str, sources: dict[str, _Source], index: VictimIndex
+) -> tuple[dict[str, int], int]:
+    """The milli-GPUs of the victims ``sources`` allow on ``flavor``, per queue and in all. Kept per kept sources
+    (``CycleState.victim_sums``) while the victim index is unchanged (``VictimIndex.version``): admissions do not
+    change them, so the searches a cycle asks again after each admission, and the next cycles' while no run starts,
+    ends or changes standing, read them at once."""
+    kept = st.victim_sums.get(id(sources)) if st.incremental else None
+    if kept is not None and kept[0] is index and kept[1] == index.version:
+        return kept[2], kept[3]
+    rule = (r.tier.name, r.level, r.starving)
+    by_queue = {name: index.milli_where(name, flavor, s.accept, (s.kind, *rule)) for name, s in sources.items()}
+    victims = sum(by_queue.values())
+    if st.incremental:
+        st.victim_sums[id(sources)] = (index, index.version, by_queue, victims)
+    return by_queue, victims
 
 
 def _spares(r: Resolved, sources: dict[str, _Source], victims: VictimIndex) -> Callable[[RunEntry], bool] | None:

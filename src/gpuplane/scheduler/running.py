@@ -218,7 +218,8 @@ class VictimIndex:
         self.reclaim_young: set[str] = set()
         """Ids of runs within the reclaim minimum runtime of their start: spared reclaim."""
         self.version = 0
-        """Counts the changes of membership, standings and ``core``: equal versions of one index, equal victims."""
+        """Counts the changes of membership, standings, ``core`` and evictions: one index at one version, one set of
+        victims."""
         self.incremental = True
         """Keep victim sums per rule and per-node clearing costs per victim filter for the rest of the cycle."""
         self.synced_at = 0
@@ -309,6 +310,7 @@ class VictimIndex:
         self._milli_sums.pop(key, None)
         self.milli[key][self._standing_of[entry.id]] -= entry.milli
         self._evicted.append(entry)
+        self.version += 1
 
     def _insert(self, e: RunEntry) -> None:
         queue = e.queue

@@ -111,6 +111,10 @@ class CycleState:
         self._victims: VictimIndex | None = None
         self._victim_rules = VictimRules.of(index)
         self.sources: tuple[int, dict[tuple[object, ...], Any]] = (-1, {})
+        self.victim_sums: dict[int, tuple[VictimIndex, int, dict[str, int], int]] = {}
+        """Per kept preemption sources (by the identity of their dict, alive in ``sources`` until it is cleared with
+        it), the victims they allow per queue and in all, for the victim index and its version they were summed on
+        (``preemption._enough``)."""
         """Preemption sources found while the same queues borrow (``QuotaLedger.borrow_version``;
         ``preemption._sources``)."""
         self.changes = 0
