@@ -202,9 +202,9 @@ def _holding_what_is_pending(self: PendingQueues, pending: Any, *args: Any) -> A
     assert gathered.shapes == {
         name: [r.shape for r in queue if r is not None] for name, queue in gathered.queues.items()
     }, "the shapes kept with the carried queues are not their workloads'"
-    assert {name: sorted(shapes) for name, shapes in gathered.distinct.items()} == {
-        name: sorted({r.shape for r in queue if r is not None}) for name, queue in gathered.queues.items()
-    }, "the distinct shapes kept with the carried queues are not their workloads'"
+    assert gathered.counts == {
+        name: Counter(r.shape for r in queue if r is not None) for name, queue in gathered.queues.items()
+    }, "the shape counts kept with the carried queues are not their workloads'"
     assert all(
         self.views[name] is None or self.views[name].counts == Counter(self.views[name].shapes)  # type: ignore[union-attr]
         for name in self.views

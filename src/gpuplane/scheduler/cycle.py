@@ -332,7 +332,7 @@ class _Cycle:
             told = gathered.told
             if self.parking is not None:
                 self.parking.shapes, self.parking.told = gathered.shapes, told
-                self.parking.distinct = gathered.distinct
+                self.parking.counts = gathered.counts
         else:
             queues, next_promote, next_yield = self._resolve_and_sort(record)
         for name, items in queues.items():

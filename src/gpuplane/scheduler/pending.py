@@ -48,8 +48,8 @@ class Gathered:
     told: dict[str, list[ReasonCode | None]] = field(default_factory=dict)
     """Per queue, what each of its workloads was last told (``Resolved.told``) in queue order: the carried queues' own
     lists, which the cycle and the runtime's reading of its news keep up to date until the next gather."""
-    distinct: dict[str, list[int]] = field(default_factory=dict)
-    """Per queue, its workloads' shapes, each once (in no particular order)."""
+    counts: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Per queue, how many of its workloads have each shape (a copy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +164,7 @@ class PendingQueues:
         queues: dict[str, list[Resolved | None]] = {}
         shapes: dict[str, list[int]] = {}
         told: dict[str, list[ReasonCode | None]] = {}
-        distinct: dict[str, list[int]] = {}
+        counts: dict[str, dict[int, int]] = {}
         for name, q in self.queues.items():
             if q:
                 queues[name] = list(q)
@@ -174,7 +174,7 @@ class PendingQueues:
                     view = self.views[name] = _QueueView(kinds, list(map(_told_of, q)), dict(Counter(kinds)))
                 shapes[name] = list(view.shapes)
                 told[name] = view.told
-                distinct[name] = list(view.counts)
+                counts[name] = dict(view.counts)
         return Gathered(
             queues,
             invalid,
@@ -182,7 +182,7 @@ class PendingQueues:
             self._earliest(self.yields, _yielding),
             shapes,
             told,
-            distinct,
+            counts,
         )
 
     def _found(self, pending: Sequence[Workload]) -> Iterable[Workload]:

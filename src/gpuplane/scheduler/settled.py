@@ -120,6 +120,9 @@ class _QueueShapes:
     next_at: dict[int, int]
     """Per shape, the offset (from ``base``) of its first workload at or after the last scan's head: heads only move
     on, so each is searched again only once passed."""
+    left: dict[int, int] | None
+    """Per shape in ``next_at``, how many of its workloads are at or after that offset (when the carried queues count
+    them): a shape left only behind the head is dropped without searching the rest of the queue."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,8 +323,9 @@ class Parking:
         self.shapes: Mapping[str, list[int]] = {}
         """Per queue, its workloads' shapes in queue order, when the runtime's carried queues keep them (else each
         queue's are read at its first scan of the cycle)."""
-        self.distinct: Mapping[str, list[int]] = {}
-        """Per queue whose ``shapes`` are kept, its shapes, each once: the shapes a scan looks for."""
+        self.counts: Mapping[str, dict[int, int]] = {}
+        """Per queue whose ``shapes`` are kept, how many of its workloads have each shape: the shapes a scan looks
+        for."""
 
     def try_park(
         self,
@@ -371,16 +375,23 @@ class Parking:
         if cached is None or cached.base > head or cached.items is not items:
             kept = self.shapes.get(name)
             if kept is not None:  # a shape that occurs only before the head is dropped at its first search
-                base, shapes, distinct = 0, kept, self.distinct[name]
+                counts = self.counts[name]
+                cached = _QueueShapes(items, 0, kept, dict.fromkeys(counts, -1), dict(counts))
             else:
-                base = head
-                shapes = distinct = list(map(_shape_of, items[head:]))
-            cached = self._shapes[name] = _QueueShapes(items, base, shapes, dict.fromkeys(distinct, -1))
-        shapes, base, next_at = cached.shapes, cached.base, cached.next_at
+                shapes = list(map(_shape_of, items[head:]))
+                cached = _QueueShapes(items, head, shapes, dict.fromkeys(shapes, -1), None)
+            self._shapes[name] = cached
+        shapes, base, next_at, left = cached.shapes, cached.base, cached.next_at, cached.left
         offset = head - base
         firsts: list[tuple[int, int]] = []
         for shape, at in list(next_at.items()):
             if at < offset:
+                if left is not None:  # the workloads of the shape the head has passed since are a short slice
+                    remaining = left[shape] - shapes[max(at, 0) : offset].count(shape)
+                    if remaining == 0:
+                        del next_at[shape], left[shape]
+                        continue
+                    left[shape] = remaining
                 try:
                     at = next_at[shape] = shapes.index(shape, offset)
                 except ValueError:  # none of the shape left after the head
