@@ -162,7 +162,7 @@ def within_nominal(runs: Iterable[RunEntry], nominal: int) -> set[str]:
     return core
 
 
-_CARRY_MARGIN_S = 1.0
+STANDING_MARGIN_S = 1.0
 """A run's standing is computed again from a second before the time it may change: rounding never decides."""
 
 
@@ -279,7 +279,7 @@ class VictimIndex:
             self._insert(e)
         heap, until_of = self._changes_at, self._until_of
         due: set[str] = set()
-        while heap and heap[0][0] - _CARRY_MARGIN_S <= now:
+        while heap and heap[0][0] - STANDING_MARGIN_S <= now:
             until, eid = heapq.heappop(heap)
             if until_of.get(eid) == until:
                 due.add(eid)

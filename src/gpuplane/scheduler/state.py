@@ -18,7 +18,7 @@ from gpuplane.scheduler.pending import Gathered, PendingChanges, PendingQueues
 from gpuplane.scheduler.placement import PodSlot
 from gpuplane.scheduler.quota import QuotaLedger
 from gpuplane.scheduler.resolve import InvalidWorkload, Resolved, queueing_delay, resolve
-from gpuplane.scheduler.running import _CARRY_MARGIN_S, RunEntry, VictimIndex, VictimRules
+from gpuplane.scheduler.running import STANDING_MARGIN_S, RunEntry, VictimIndex, VictimRules
 
 
 @dataclass(slots=True)
@@ -111,12 +111,12 @@ class CycleState:
         self._victims: VictimIndex | None = None
         self._victim_rules = VictimRules.of(index)
         self.sources: tuple[int, dict[tuple[object, ...], Any]] = (-1, {})
+        """Preemption sources found while the same queues borrow (``QuotaLedger.borrow_version``;
+        ``preemption._sources``)."""
         self.victim_sums: dict[int, tuple[VictimIndex, int, dict[str, int], int]] = {}
         """Per kept preemption sources (by the identity of their dict, alive in ``sources`` until it is cleared with
         it), the victims they allow per queue and in all, for the victim index and its version they were summed on
-        (``preemption._enough``)."""
-        """Preemption sources found while the same queues borrow (``QuotaLedger.borrow_version``;
-        ``preemption._sources``)."""
+        (``preemption._allowed_victims``)."""
         self.changes = 0
         """Counts the lasting changes of running work and nodes (admitted, evicted, finished, loaded; nodes down or
         up): equal counts and equal victim standings mean an unchanged state for a preemption search's cheap tests."""
@@ -187,7 +187,7 @@ class CycleState:
         infinity without one (no search has needed it since it was last dropped)."""
         if self._victims is None:
             return math.inf
-        return self._victims.until - _CARRY_MARGIN_S
+        return self._victims.until - STANDING_MARGIN_S
 
     def forget_resolved(self, keep: int) -> None:
         """Drop remembered resolutions when there are far more than the ``keep`` workloads now pending."""
