@@ -49,7 +49,7 @@ class Gathered:
     """Per queue, what each of its workloads was last told (``Resolved.told``) in queue order: the carried queues' own
     lists, which the cycle and the runtime's reading of its news keep up to date until the next gather."""
     counts: dict[str, dict[int, int]] = field(default_factory=dict)
-    """Per queue, how many of its workloads have each shape (a copy)."""
+    """Per queue, how many of its workloads have each shape (the carried queues' own counts: read, not changed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +174,7 @@ class PendingQueues:
                     view = self.views[name] = _QueueView(kinds, list(map(_told_of, q)), dict(Counter(kinds)))
                 shapes[name] = list(view.shapes)
                 told[name] = view.told
-                counts[name] = dict(view.counts)
+                counts[name] = view.counts
         return Gathered(
             queues,
             invalid,

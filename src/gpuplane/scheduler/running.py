@@ -232,11 +232,11 @@ class VictimIndex:
         self._changes_at: list[tuple[float, str]] = []
         """A heap of (time a run's standing may change, its id); stale items are skipped (``_until_of``)."""
         self._core_of: dict[Key, set[str]] = {}
-        self._promoted_of: dict[Key, set[str]] = {}
         self._dirty: set[Key] = set()
         self._evicted: list[RunEntry] = []
         self._milli_sums: dict[Key, dict[tuple[object, ...], int]] = {}
-        """Per (queue, flavor), ``milli_where``'s sums per victim rule, until that queue and flavor's work changes."""
+        """Per (queue, flavor), ``milli_where``'s sums per victim rule, until that queue and flavor's GPUs per standing
+        change (a run placed, moved between standings or taken out, an eviction)."""
         self._reset_cycle()
         for e in entries:
             self._insert(e)
@@ -272,9 +272,7 @@ class VictimIndex:
         if now < self._now:
             return False
         self._now = now
-        for e in self._evicted:
-            self._delete(e, counted=True)
-        self._evicted = []
+        self._drop_evicted()
         for e in admitted:
             self._insert(e)
         heap, until_of = self._changes_at, self._until_of
@@ -293,9 +291,7 @@ class VictimIndex:
         """Running work ended (completed, failed, or its node went down): it leaves the index now (with the work
         evicted so far), and whatever the cycle ranked, placed or costed is forgotten."""
         if self._tracked.get(entry.id) is entry:
-            for e in self._evicted:
-                self._delete(e, counted=True)
-            self._evicted = []
+            self._drop_evicted()
             self._delete(entry, counted=False)
             self._refresh()
             self._reset_cycle()
@@ -311,6 +307,12 @@ class VictimIndex:
         self.milli[key][self._standing_of[entry.id]] -= entry.milli
         self._evicted.append(entry)
         self.version += 1
+
+    def _drop_evicted(self) -> None:
+        """Take the work evicted since the index was last brought forward out of it (its GPUs no longer counted)."""
+        for e in self._evicted:
+            self._delete(e, counted=True)
+        self._evicted = []
 
     def _insert(self, e: RunEntry) -> None:
         queue = e.queue
@@ -350,6 +352,7 @@ class VictimIndex:
 
     def _place(self, key: Key, e: RunEntry, standing: Standing) -> None:
         self._standing_of[e.id] = standing
+        self._milli_sums.pop(key, None)
         by_standing = self.members.get(key)
         if by_standing is None:
             by_standing = self.members[key] = {}
@@ -365,6 +368,7 @@ class VictimIndex:
 
     def _unplace(self, key: Key, e: RunEntry, counted: bool) -> None:
         standing = self._standing_of.pop(e.id)
+        self._milli_sums.pop(key, None)
         by_standing = self.members[key]
         runs = by_standing[standing]
         del runs[e.id]
@@ -410,25 +414,18 @@ class VictimIndex:
         if after != before:
             self._unplace(key, e, counted=False)
             self._place(key, e, after)
-            self._dirty.add(key)
 
     def _refresh(self) -> None:
-        """Bring the per-queue figures of the queues whose runs changed up to date: their largest run, the runs their
-        nominal quota protects (``core``, promoted runs), and their victim sums."""
+        """Bring the per-queue figures of the queues whose runs joined or left up to date: their largest run and the
+        runs their nominal quota protects (``core``, promoted runs)."""
         rules, dirty = self.rules, self._dirty
         self._dirty = set()
         for key in dirty:
-            self._milli_sums.pop(key, None)
-            by_standing = self.members.get(key)
-            if by_standing is not None and not by_standing:
-                del self.members[key]
-                del self.milli[key]
-                by_standing = None
-            largest = (
-                max((e.milli for entries in by_standing.values() for e in entries.values()), default=0)
-                if (by_standing)
-                else 0
-            )
+            by_standing = self.members.get(key, {})
+            if not by_standing:
+                self.members.pop(key, None)
+                self.milli.pop(key, None)
+            largest = max((e.milli for entries in by_standing.values() for e in entries.values()), default=0)
             if largest > 0:
                 self.largest[key] = largest
             else:
@@ -452,11 +449,6 @@ class VictimIndex:
                 for e in aged:
                     if e.id in self._standing_of and (e.id in protected) != (e.id in self.promoted):
                         self._restand(e, e.id in protected)
-        self._dirty = set()
-
-    def sums_kept(self) -> int:
-        """How many queues' victim sums are kept (for tests)."""
-        return len(self._milli_sums)
 
     def ranked(self, key: Key) -> dict[Standing, list[tuple[VictimRank, RunEntry]]]:
         """The work of ``key`` (queue, flavor) per standing in victim order, ranked when first asked in a cycle: a
