@@ -107,6 +107,28 @@ def test_a_queue_parks_up_to_a_workload_that_may_still_be_admitted() -> None:
     assert_settled_as_one_by_one(result, full)
 
 
+def test_a_queue_waiting_for_quota_stays_parked_while_another_queue_is_admitted_within_its_own() -> None:
+    """Team b's 16-GPU jobs wait for the cohort's quota (every GPU but team a's last node is held within nominal
+    quotas); team a's eight 1-GPU jobs, submitted between them, are admitted one after another on the free node within
+    a's nominal quota: no run stops and no queue starts borrowing, so b's quota waits stand and b stays parked, each
+    admission only moving the cohort's usage its waits report (the one-by-one cycle's figures and order)."""
+    p = policy(scheduling={"fair_sharing": False})
+    index, node_list = PolicyIndex(p), nodes(p, train=8)
+    running = [r for r in _whole_nodes_held(4) if r.workload.id != "a-run3"]
+    pending = [job(f"b{i}", "b", pods=2, gpus=8, klass="batch", t=float(i)) for i in range(30)]
+    pending += [job(f"a{i}", "a", gpus=1, klass="batch", t=float(i) + 0.5) for i in range(8)]
+    snapshot = ClusterSnapshot(0.0, node_list, running, pending)
+    result = schedule(index, snapshot)
+    full = schedule(index, snapshot, incremental=False)
+    assert result.decisions == full.decisions
+    assert [d.workload_id for d in result.decisions if d.kind is DecisionKind.ADMIT] == [f"a{i}" for i in range(8)]
+    in_use = [d.reason.details["cohort_in_use"] for d in full.decisions if d.workload_id.startswith("b")]
+    assert in_use[0] < in_use[-1], "the cohort's usage told to b's waits must follow a's admissions"
+    one_by_one = [d.workload_id for d in result.decided if d.workload_id.startswith("b")]
+    assert len(one_by_one) <= 2, f"b's waits were decided one by one after a's admissions: {one_by_one}"
+    assert_settled_as_one_by_one(result, full)
+
+
 def test_a_kept_state_settles_cycle_after_cycle_as_a_fresh_snapshot_does() -> None:
     """The simulator's long-lived state: each cycle's settled waits equal a fresh full cycle's decisions."""
     index, node_list, running = _full_cluster()

@@ -40,8 +40,11 @@ from gpuplane.scheduler.running import RunEntry
 from gpuplane.scheduler.settled import (
     HeapKey,
     Outcome,
+    Outcomes,
+    ParkedQueue,
     Parking,
     SettledQueue,
+    ShapeOutcomes,
     heap_key,
     no_pool_details,
     waiting_in_order,
@@ -278,6 +281,9 @@ class _Cycle:
         self.admissions = 0
         self.changes = 0
         """Admissions and reservations made so far (``_changed``)."""
+        self.quota_changes = 0
+        """Admissions that stopped or moved runs or started or ended a queue's borrowing: those may change how any
+        queue waits for quota (``_kept_outcomes``); the others leave every other queue's quota wait standing."""
         self.memo_entries = 0
         """Failed preemption searches remembered so far: more of them can only make more workloads wait quietly."""
         self.quiet: dict[int, Outcome] = {}
@@ -348,7 +354,7 @@ class _Cycle:
             head = items[pos]
             items[pos] = None  # decided: let it go, a cycle should not hold 10,000 of them
             assert head is not None
-            changes, at = self._changed(), len(self.decisions)
+            changes, quota_changes, at = self._changed(), self.quota_changes, len(self.decisions)
             if parking is not None and parking.parked:
                 parking.settle_before(top, at, self._searched)
             self._decide(head, pos)
@@ -397,7 +403,7 @@ class _Cycle:
             else:
                 heapq.heappop(heap)
             if parking is not None and parking.parked and self._changed() != changes:
-                parking.unpark(heap)
+                parking.unpark(heap, self._kept_outcomes if self.quota_changes == quota_changes else None)
             if self.mode == "strict" and len(self.blocked_pools) == self.all_pools:
                 self._drain_blocked(queues, heap)
                 break
@@ -558,6 +564,32 @@ class _Cycle:
                 self.quiet[group] = outcome
         return outcome
 
+    def _kept_outcomes(self, q: ParkedQueue) -> Outcomes | None:
+        """The outcomes of parked queue ``q`` after an admission of another queue that stopped and moved nothing and
+        started or ended no queue's borrowing (or after a reservation), or None when one may differ: kept when each
+        of its shapes waits for its queue's quota (or has no eligible pool) and its quota still refuses it with the
+        same code. Admitting takes quota and GPUs and the admitted run is no victim this cycle, so a refusal of the
+        preemption search stands as ``refused`` keeps it; only the verdict's figures (the cohort's usage) move."""
+        outcomes = q.outcomes
+        if self.spare_longer_waiting or q.examples is None or not isinstance(outcomes, ShapeOutcomes):
+            return None
+        ledger, table = self.st.ledger, {}
+        for shape, outcome in outcomes.table.items():
+            code, details, searched = outcome
+            if details is None:  # no eligible pool: nothing in the cycle changes that
+                table[shape] = outcome
+                continue
+            r = q.items[q.examples[shape]]
+            assert r is not None
+            if len(r.options) != 1:
+                return None
+            only = r.options[0]
+            verdict = ledger.check(r.queue, only.flavor, only.milli * r.required, r.preemptible)
+            if verdict.ok or verdict.code is not code:
+                return None
+            table[shape] = code, yielding(r, code, verdict.details), searched
+        return ShapeOutcomes(outcomes.shapes, outcomes.base, table)
+
     def _capacity_wait(self, r: Resolved, only: FlavorOption) -> Outcome | None:
         """How ``r``, which its quota admits, would wait for GPUs without changing anything, or None: when its one
         pool's placement failure is remembered (``Admitter.known_failure``), moving runs to make room already
@@ -715,6 +747,7 @@ class _Cycle:
         borrow_version = st.ledger.borrow_version
         st.ledger.charge(r.queue, fit.flavor, fit.milli)
         if victims or st.ledger.borrow_version != borrow_version:
+            self.quota_changes += 1
             self.refused.clear()
         else:
             self.refused.pop(r.queue.name, None)

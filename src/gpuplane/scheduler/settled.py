@@ -305,6 +305,14 @@ class ParkedQueue:
     stop: int
     stop_key: HeapKey | None
     """The heap key of the workload at ``stop``, which stays in the heap; None when the whole rest is parked."""
+    examples: dict[int, int] | None = None
+    """Per shape of ``outcomes`` (a ``ShapeOutcomes``), the position of a workload of it: what a change that may leave
+    the outcomes standing checks them again with (``Parking.unpark``)."""
+
+
+Kept = Callable[[ParkedQueue], Outcomes | None]
+"""What a change leaves of a parked queue's outcomes: the outcomes as deciding its workloads after the change would
+give them (same codes, figures as they now stand), or None when one may differ and the queue goes back to the heap."""
 
 
 class Parking:
@@ -350,12 +358,13 @@ class Parking:
         if scanned is None:
             outcomes, pay, stop = self._one_by_one(items, head, known, quiet)
         else:
-            outcomes, pay, stop = scanned
+            outcomes, pay, stop, _ = scanned
         self.budget -= stop - head + (stop < len(items))
         if stop == head:
             return None
         stop_key = heap_key(_at(items, stop), name, stop, share, self.levels_first) if stop < len(items) else None
-        parked = ParkedQueue(name, items, head, head_key, share, outcomes, pay, decided, stop, stop_key)
+        examples = scanned[3] if scanned is not None else None
+        parked = ParkedQueue(name, items, head, head_key, share, outcomes, pay, decided, stop, stop_key, examples)
         self.parked[name] = parked
         return parked
 
@@ -366,11 +375,12 @@ class Parking:
         head: int,
         known: Mapping[int, Outcome],
         quiet: Callable[[Resolved], Outcome | None],
-    ) -> tuple[Outcomes, list[int], int] | None:
+    ) -> tuple[Outcomes, list[int], int, dict[int, int]] | None:
         """``_one_by_one``'s scan, asking ``quiet`` once per shape, in the order of each shape's first workload from
         ``head`` on, up to the first shape that might not wait quietly; None when an outcome asked is not its
         shape's (``known`` does not hold it: a capacity wait, kept per pool, or none kept), where only the
-        workload-by-workload scan is exact. No step per workload: the outcomes are read through the shapes."""
+        workload-by-workload scan is exact. No step per workload: the outcomes are read through the shapes, whose
+        first positions come last (``ParkedQueue.examples``)."""
         cached = self._shapes.get(name)
         if cached is None or cached.base > head or cached.items is not items:
             kept = self.shapes.get(name)
@@ -400,6 +410,7 @@ class Parking:
             firsts.append((at, shape))
         firsts.sort()
         table: dict[int, Outcome] = {}
+        examples: dict[int, int] = {}
         pay: list[int] = []
         stop = len(items)
         for at, shape in firsts:
@@ -416,7 +427,8 @@ class Parking:
             if outcome[2]:
                 pay.append(position)
             table[shape] = outcome
-        return ShapeOutcomes(shapes, base, table), pay, stop
+            examples[shape] = position
+        return ShapeOutcomes(shapes, base, table), pay, stop, examples
 
     @staticmethod
     def _one_by_one(
@@ -482,15 +494,29 @@ class Parking:
             else:
                 del self.parked[name]
 
-    def unpark(self, heap: list[HeapKey]) -> None:
+    def unpark(self, heap: list[HeapKey], kept: Kept | None = None) -> None:
         """The state changed: every parked queue's next workload goes back into ``heap`` with the key it has had
-        since it became its queue's head, in place of the workload its parking stopped at."""
-        stops = {q.stop_key for q in self.parked.values() if q.stop_key is not None}
+        since it became its queue's head, in place of the workload its parking stopped at; with ``kept``, a queue
+        whose outcomes the change leaves standing (``Kept``: a quota wait of a queue whose quota the change did not
+        touch) stays parked with its outcomes as they now read."""
+        back = list(self.parked.values())
+        if kept is not None:
+            back = []
+            for q in self.parked.values():
+                outcomes = kept(q)
+                if outcomes is None:
+                    back.append(q)
+                else:
+                    q.outcomes = outcomes
+        if not back:
+            return
+        stops = {q.stop_key for q in back if q.stop_key is not None}
         if stops:  # a heap of queue heads: one per queue, a few dozen at most
             heap[:] = [key for key in heap if key not in stops]
-        heap.extend(q.head_key for q in self.parked.values())
+        heap.extend(q.head_key for q in back)
         heapq.heapify(heap)
-        self.parked.clear()
+        for q in back:
+            del self.parked[q.name]
 
     def _first_after(self, q: ParkedQueue, before: HeapKey) -> int:
         """The first position after the head whose key is above ``before`` (keys after the head rise: one share), at
