@@ -289,7 +289,9 @@ def test_invariants_hold_over_many_cycles(data):
 
 def assert_counts_as_costed(state: CycleState) -> None:
     """Each clearing-cost filter the cycle kept, its pod count brought up to date from the nodes the cycle changed
-    (``ClearingCosts.count``, which ranks no victim), counts the pods the full costing of every node counts now."""
+    (``ClearingCosts.count``, which ranks no victim), counts the pods the full costing of every node counts now; and
+    one whose costs a search walked (built from the nodes another filter costs alike, ``ClearingCosts._donor``, then
+    brought up to date) ranks the nodes, and takes their victims, as that full costing does."""
     victims = state._victims
     if victims is None:
         return
@@ -300,6 +302,11 @@ def assert_counts_as_costed(state: CycleState) -> None:
         fresh = ClearingCosts(costs.nodes, costs.need, costs.groups, costs.spares)
         fresh.refresh(state.cap, victims)
         assert costs.pods == counted.pods == fresh.pods
+        if costs.built:
+            assert costs.order == fresh.order
+            assert {n: [e.id for e in t] for n, t in costs.taken.items()} == {
+                n: [e.id for e in t] for n, t in fresh.taken.items()
+            }
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -212,10 +212,10 @@ def test_work_that_waits_for_gpus_settles_and_decides_as_the_full_cycle() -> Non
     assert_settled_as_one_by_one(result, full)
 
 
-def test_a_reservation_made_while_queues_are_parked_sends_them_back() -> None:
+def test_a_reservation_made_while_queues_are_parked_changes_no_decision() -> None:
     """Team b's 8-GPU jobs wait for the cohort's quota (parked); team serve's first blocked job then gets the
-    inference pool's reservation, which changes nothing for b but counts as a change: the decisions equal the
-    one-by-one cycle's whatever comes first."""
+    inference pool's reservation, which changes nothing for b (b's quota waits stay parked, ``Parking.unpark``):
+    the decisions equal the one-by-one cycle's whatever comes first."""
     index, node_list, running = _full_inference_pool()
     _, train_nodes, train_running = _full_cluster()
     pending = [job(f"b{i}", "b", gpus=8, t=float(i) - 50.0) for i in range(30)] + _serve_jobs(40, 0.0)

@@ -95,15 +95,25 @@ class ClearingCosts:
                 return True
         return False
 
-    def refresh(self, cap: CapacityIndex, victims: VictimIndex) -> None:
+    def refresh(self, cap: CapacityIndex, victims: VictimIndex, donors: Iterable[ClearingCosts] = ()) -> None:
         """Cost every node the first time, then only the nodes admissions and evictions changed since (and keep
-        ``pods`` with them from then on)."""
+        ``pods`` with them from then on). The first time, a node whose work ``donors``' closest filter (built, same
+        pod size, sparing nothing one by one, as this one) takes or refuses group for group as this one does gets that
+        filter's cost without walking its victims (``_donor``): the filters of a preemption storm differ in a few
+        queues' work."""
         by_node = victims.by_node
         pools, node_pool, need = cap.pools, cap.node_pool, self.need
         if not self.built:
             self.pods = 0
+            donor, differing = self._donor(cap, victims, donors)
             for node in self.nodes:
-                key = self._cost(cap, node, by_node[node])
+                if donor is not None and node not in differing and node in donor.node_set:
+                    key = donor.keys.get(node)
+                    if key is not None:
+                        self.keys[node] = key
+                        self.taken[node] = donor.taken[node]
+                else:
+                    key = self._cost(cap, node, by_node[node])
                 if key is not None:
                     self.order.append(key)
                     self.pods += pools[node_pool[node]].gpus_per_node // need
@@ -123,6 +133,34 @@ class ClearingCosts:
                     insort(self.order, key)
                     self.pods += per_node
         self.seen = len(victims.touched)
+
+    def _donor(
+        self, cap: CapacityIndex, victims: VictimIndex, donors: Iterable[ClearingCosts]
+    ) -> tuple[ClearingCosts | None, set[int]]:
+        """The built filter among ``donors`` that treats this one's nodes most alike (brought up to date), and this
+        filter's nodes holding work of a group the two treat differently: elsewhere a node's cost is the same for
+        both (it reads only the node's free GPUs and which of its victims the filter takes). (None, none) when no
+        donor shares this filter's pod size and sparing rule, or when the two differ on most of its nodes."""
+        if self.spares is not None:
+            return None, set()
+        best: ClearingCosts | None = None
+        best_differing: set[int] = set()
+        groups, group_nodes, mine = self.groups, victims.group_nodes, self.node_set
+        for other in {id(c): c for c in donors}.values():
+            if other is self or not other.built or other.need != self.need or other.spares is not None:
+                continue
+            if len(other.groups) != len(groups):
+                continue
+            differing: set[int] = set()
+            for group, (taken, theirs) in enumerate(zip(groups, other.groups, strict=True)):
+                if taken != theirs:
+                    differing |= group_nodes[group] & mine
+            if best is None or len(differing) < len(best_differing):
+                best, best_differing = other, differing
+        if best is None or 2 * len(best_differing) > len(self.nodes):
+            return None, set()
+        best.refresh(cap, victims)
+        return best, best_differing
 
     def _cost(self, cap: CapacityIndex, node: int, entries: list[NodeVictim]) -> CostKey | None:
         free = len(cap.free[node])

@@ -314,7 +314,7 @@ def _cheapest_nodes_first(
     In victim order alone, a gang of whole-node pods would stop work scattered over many nodes before any
     node is whole, and the victims it spares afterwards are not the cheapest whole nodes.
     """
-    costs.refresh(st.cap, st.victims)
+    costs.refresh(st.cap, st.victims, st.victims.clearing.values() if st.incremental else ())
     first: set[str] = set()
     for e in costs.first():
         first.add(e.id)

@@ -11,9 +11,11 @@ kept; that first workload takes their place in the heap and is decided one by on
 Before each decision the cycle takes one by one, the parked workloads the heap would have popped first are
 settled with their outcomes (a failed search remembered as stepping the first of its shape would have);
 after an admission (the only change of the ledger and of free GPUs) or a reservation (which changes where
-others may be placed) each parked queue's next workload goes back into the heap
-with the key it had. The decisions are therefore exactly the one-by-one cycle's, in its order (the property
-tests compare both), and are built only when someone reads them: runtimes that need only the wait codes (the
+others may be placed) each parked queue's next workload goes back into the heap with the key it had, unless the
+change leaves its outcomes standing (a queue waiting for its own quota, after an admission of another that stopped,
+moved and started or ended no borrowing, or after a reservation): it stays parked, with its verdicts' figures as
+they now read. The decisions are therefore exactly the one-by-one cycle's, in its order (the property tests compare
+both), and are built only when someone reads them: runtimes that need only the wait codes (the
 simulator) never build them.
 """
 
