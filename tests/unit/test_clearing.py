@@ -52,3 +52,26 @@ def test_a_filter_costed_from_another_costs_alike_only_the_nodes_both_treat_alik
     assert built.order == fresh.order and built.pods == fresh.pods
     assert [victim for victims_of in taken.values() for victim in victims_of if victim.startswith("b")] == ["b-0-1"]
     assert all(built.taken[n] is donor.taken[n] for n in node_ids if "b-0-1" not in taken[n]), "nothing was copied"
+
+
+def test_a_filter_counted_from_another_counts_node_0_itself() -> None:
+    """For whole 8-GPU pods only 'all' can clear node 0 (a's and b's runs there); 'a' clears nodes 1-3. Counted from
+    'a''s count (no victim ranked), 'all' counts all four nodes, as a fresh count and a fresh costing do; then costed
+    from 'a''s costs, it ranks node 0 with the others as the fresh costing does."""
+    state = _half_node_runs()
+    victims = state.victims
+    node_ids = sorted(victims.on_node)  # builds the groups
+    only_a = [queue == "a" for queue, _, _ in victims.groups]
+    every = [True for _ in victims.groups]
+    donor = ClearingCosts(node_ids, 8, only_a, None)
+    donor.count(state.cap, victims)
+    assert donor.clearable == {1, 2, 3} and donor.pods == 3
+    counted = ClearingCosts(node_ids, 8, every, None)
+    counted.count(state.cap, victims, [donor])
+    fresh = ClearingCosts(node_ids, 8, every, None)
+    fresh.count(state.cap, victims)
+    assert counted.clearable == fresh.clearable == {0, 1, 2, 3} and counted.pods == fresh.pods == 4
+    donor.refresh(state.cap, victims)
+    counted.refresh(state.cap, victims, [donor])
+    fresh.refresh(state.cap, victims)
+    assert counted.order == fresh.order and len(counted.order) == 4

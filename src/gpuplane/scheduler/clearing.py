@@ -56,18 +56,32 @@ class ClearingCosts:
         self.counted = False
         self.seen_count = 0
 
-    def count(self, cap: CapacityIndex, victims: VictimIndex) -> None:
+    def count(self, cap: CapacityIndex, victims: VictimIndex, donors: Iterable[ClearingCosts] = ()) -> None:
         """Bring ``pods`` up to date: every node the first time, then only the nodes admissions and evictions
         changed since. A node counts when the costing would cost it, which needs no victim order: a search's cheap
-        test reads only this, and most searches of a saturated cluster end there."""
+        test reads only this, and most searches of a saturated cluster end there. The first time, as ``refresh``
+        does, a node that ``donors``' closest counted filter treats alike counts as it counts there."""
         if self.built:  # a search walked the costs: they keep the count up to date
             self.refresh(cap, victims)
             return
         on_node = victims.on_node
         pools, node_pool, need = cap.pools, cap.node_pool, self.need
         if not self.counted:
-            changed: Iterable[int] = self.nodes
             self.counted = True
+            donor, differing = self._donor(cap, victims, donors)
+            if donor is not None:
+                counted = donor.keys if donor.built else donor.clearable
+                for node in self.nodes:
+                    if node in differing or node not in donor.node_set:
+                        if not self._clearable(cap, node, on_node[node]):
+                            continue
+                    elif node not in counted:
+                        continue
+                    self.clearable.add(node)
+                    self.pods += pools[node_pool[node]].gpus_per_node // need
+                self.seen_count = len(victims.touched)
+                return
+            changed: Iterable[int] = self.nodes
         else:
             changed = {n for n in victims.touched[self.seen_count :] if n in self.node_set}
         for node in changed:
@@ -105,7 +119,7 @@ class ClearingCosts:
         pools, node_pool, need = cap.pools, cap.node_pool, self.need
         if not self.built:
             self.pods = 0
-            donor, differing = self._donor(cap, victims, donors)
+            donor, differing = self._donor(cap, victims, donors, built=True)
             for node in self.nodes:
                 if donor is not None and node not in differing and node in donor.node_set:
                     key = donor.keys.get(node)
@@ -135,19 +149,21 @@ class ClearingCosts:
         self.seen = len(victims.touched)
 
     def _donor(
-        self, cap: CapacityIndex, victims: VictimIndex, donors: Iterable[ClearingCosts]
+        self, cap: CapacityIndex, victims: VictimIndex, donors: Iterable[ClearingCosts], built: bool = False
     ) -> tuple[ClearingCosts | None, set[int]]:
-        """The built filter among ``donors`` that treats this one's nodes most alike (brought up to date), and this
-        filter's nodes holding work of a group the two treat differently: elsewhere a node's cost is the same for
-        both (it reads only the node's free GPUs and which of its victims the filter takes). (None, none) when no
-        donor shares this filter's pod size and sparing rule, or when the two differ on most of its nodes."""
+        """The counted (with ``built``: costed) filter among ``donors`` that treats this one's nodes most alike,
+        brought up to date, and this filter's nodes holding work of a group the two treat differently: elsewhere a
+        node's cost and count are the same for both (they read only the node's free GPUs and which of its victims
+        the filter takes). (None, none) when no donor shares this filter's pod size and sparing rule, or when the
+        two differ on most of its nodes."""
         if self.spares is not None:
             return None, set()
         best: ClearingCosts | None = None
         best_differing: set[int] = set()
         groups, group_nodes, mine = self.groups, victims.group_nodes, self.node_set
         for other in {id(c): c for c in donors}.values():
-            if other is self or not other.built or other.need != self.need or other.spares is not None:
+            ready = other.built or (other.counted and not built)
+            if other is self or not ready or other.need != self.need or other.spares is not None:
                 continue
             if len(other.groups) != len(groups):
                 continue
@@ -159,7 +175,7 @@ class ClearingCosts:
                 best, best_differing = other, differing
         if best is None or 2 * len(best_differing) > len(self.nodes):
             return None, set()
-        best.refresh(cap, victims)
+        best.count(cap, victims)  # brings the costs up to date too, once built
         return best, best_differing
 
     def _cost(self, cap: CapacityIndex, node: int, entries: list[NodeVictim]) -> CostKey | None:

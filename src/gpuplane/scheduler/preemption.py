@@ -282,7 +282,7 @@ def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: 
                 victims.clearing[alike] = costs
         if st.incremental:
             victims.clearing[signature] = costs
-    costs.count(st.cap, victims)
+    costs.count(st.cap, victims, victims.clearing.values() if st.incremental else ())
     return costs
 
 
