@@ -24,6 +24,9 @@ from gpuplane.scheduler.running import NodeVictim, RunEntry, VictimIndex
 CostKey = tuple[tuple[int, int, float], float, int]
 """A costed node in clearing order: worst victim (tier, negated level, wait), cost, node index."""
 
+_DONORS_WEIGHED = 3
+"""How many of the filters treating the fewest groups differently a first costing compares node by node."""
+
 VICTIM_COST_S = 900.0
 """What stopping a victim costs beyond its lost work, in seconds per GPU (restart, requeue)."""
 
@@ -55,6 +58,8 @@ class ClearingCosts:
         """The nodes ``count`` counts in ``pods`` (once the costs are built, ``keys`` names them)."""
         self.counted = False
         self.seen_count = 0
+        self.mask = sum(1 << group for group, taken in enumerate(groups) if taken)
+        """``groups`` as a bit mask: two filters treat alike the groups where their masks agree (``_donor``)."""
 
     def count(self, cap: CapacityIndex, victims: VictimIndex, donors: Iterable[ClearingCosts] = ()) -> None:
         """Bring ``pods`` up to date: every node the first time, then only the nodes admissions and evictions
@@ -154,23 +159,33 @@ class ClearingCosts:
         """The counted (with ``built``: costed) filter among ``donors`` that treats this one's nodes most alike,
         brought up to date, and this filter's nodes holding work of a group the two treat differently: elsewhere a
         node's cost and count are the same for both (they read only the node's free GPUs and which of its victims
-        the filter takes). (None, none) when no donor shares this filter's pod size and sparing rule, or when the
-        two differ on most of its nodes."""
+        the filter takes). (None, none) when no donor shares this filter's pod size and sparing rule, when the two
+        differ on most of its nodes, or when there are no fewer filters to weigh than nodes to cost."""
         if self.spares is not None:
             return None, set()
+        kept = {id(c): c for c in donors}
+        if len(kept) >= len(self.nodes):  # weighing the donors would cost more steps than costing every node
+            return None, set()
+        mask, need, size = self.mask, self.need, len(self.groups)
+        alike = sorted(
+            ((mask ^ other.mask).bit_count(), i, other)
+            for i, other in enumerate(kept.values())
+            if other is not self
+            and (other.built or (other.counted and not built))
+            and other.need == need
+            and other.spares is None
+            and len(other.groups) == size
+        )
         best: ClearingCosts | None = None
         best_differing: set[int] = set()
-        groups, group_nodes, mine = self.groups, victims.group_nodes, self.node_set
-        for other in {id(c): c for c in donors}.values():
-            ready = other.built or (other.counted and not built)
-            if other is self or not ready or other.need != self.need or other.spares is not None:
-                continue
-            if len(other.groups) != len(groups):
-                continue
+        group_nodes, mine = victims.group_nodes, self.node_set
+        for _, _, other in alike[:_DONORS_WEIGHED]:  # the fewest groups treated differently; then the fewest nodes
             differing: set[int] = set()
-            for group, (taken, theirs) in enumerate(zip(groups, other.groups, strict=True)):
-                if taken != theirs:
-                    differing |= group_nodes[group] & mine
+            differs = mask ^ other.mask
+            while differs:
+                low = differs & -differs
+                differing |= group_nodes[low.bit_length() - 1] & mine
+                differs ^= low
             if best is None or len(differing) < len(best_differing):
                 best, best_differing = other, differing
         if best is None or 2 * len(best_differing) > len(self.nodes):
