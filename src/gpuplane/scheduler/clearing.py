@@ -71,30 +71,25 @@ class ClearingCosts:
             return
         on_node = victims.on_node
         pools, node_pool, need = cap.pools, cap.node_pool, self.need
+        donor: ClearingCosts | None = None
         if not self.counted:
             self.counted = True
             donor, differing = self._donor(cap, victims, donors)
-            if donor is not None:
-                counted = donor.keys if donor.built else donor.clearable
-                for node in self.nodes:
-                    if node in differing or node not in donor.node_set:
-                        if not self._clearable(cap, node, on_node[node]):
-                            continue
-                    elif node not in counted:
-                        continue
-                    self.clearable.add(node)
-                    self.pods += pools[node_pool[node]].gpus_per_node // need
-                self.seen_count = len(victims.touched)
-                return
             changed: Iterable[int] = self.nodes
         else:
             changed = {n for n in victims.touched[self.seen_count :] if n in self.node_set}
+        if donor is not None:
+            counted = donor.keys if donor.built else donor.clearable
         for node in changed:
             per_node = pools[node_pool[node]].gpus_per_node // need
             if node in self.clearable:
                 self.clearable.discard(node)
                 self.pods -= per_node
-            if self._clearable(cap, node, on_node[node]):
+            if donor is not None and node not in differing and node in donor.node_set:
+                clearable = node in counted
+            else:
+                clearable = self._clearable(cap, node, on_node[node])
+            if clearable:
                 self.clearable.add(node)
                 self.pods += per_node
         self.seen_count = len(victims.touched)

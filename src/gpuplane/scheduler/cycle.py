@@ -571,7 +571,7 @@ class _Cycle:
         same code. Admitting takes quota and GPUs and the admitted run is no victim this cycle, so a refusal of the
         preemption search stands as ``refused`` keeps it; only the verdict's figures (the cohort's usage) move."""
         outcomes = q.outcomes
-        if self.spare_longer_waiting or q.examples is None or not isinstance(outcomes, ShapeOutcomes):
+        if self.spare_longer_waiting or not isinstance(outcomes, ShapeOutcomes):
             return None
         ledger, table = self.st.ledger, {}
         for shape, outcome in outcomes.table.items():
@@ -579,7 +579,7 @@ class _Cycle:
             if details is None:  # no eligible pool: nothing in the cycle changes that
                 table[shape] = outcome
                 continue
-            r = q.items[q.examples[shape]]
+            r = q.items[outcomes.examples[shape]]
             assert r is not None
             if len(r.options) != 1:
                 return None
@@ -588,7 +588,7 @@ class _Cycle:
             if verdict.ok or verdict.code is not code:
                 return None
             table[shape] = code, yielding(r, code, verdict.details), searched
-        return ShapeOutcomes(outcomes.shapes, outcomes.base, table)
+        return ShapeOutcomes(outcomes.shapes, outcomes.base, table, outcomes.examples)
 
     def _capacity_wait(self, r: Resolved, only: FlavorOption) -> Outcome | None:
         """How ``r``, which its quota admits, would wait for GPUs without changing anything, or None: when its one

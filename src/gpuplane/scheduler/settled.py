@@ -93,6 +93,9 @@ class ShapeOutcomes:
     shapes: list[int]
     base: int
     table: dict[int, Outcome]
+    examples: dict[int, int]
+    """Per shape of ``table``, the position of a workload of it: what a change that may leave the outcomes standing
+    checks them again with (``Parking.unpark``)."""
 
     def at(self, position: int) -> Outcome:
         """The outcome of the workload at ``position`` in its queue."""
@@ -307,9 +310,6 @@ class ParkedQueue:
     stop: int
     stop_key: HeapKey | None
     """The heap key of the workload at ``stop``, which stays in the heap; None when the whole rest is parked."""
-    examples: dict[int, int] | None = None
-    """Per shape of ``outcomes`` (a ``ShapeOutcomes``), the position of a workload of it: what a change that may leave
-    the outcomes standing checks them again with (``Parking.unpark``)."""
 
 
 Kept = Callable[[ParkedQueue], Outcomes | None]
@@ -360,13 +360,12 @@ class Parking:
         if scanned is None:
             outcomes, pay, stop = self._one_by_one(items, head, known, quiet)
         else:
-            outcomes, pay, stop, _ = scanned
+            outcomes, pay, stop = scanned
         self.budget -= stop - head + (stop < len(items))
         if stop == head:
             return None
         stop_key = heap_key(_at(items, stop), name, stop, share, self.levels_first) if stop < len(items) else None
-        examples = scanned[3] if scanned is not None else None
-        parked = ParkedQueue(name, items, head, head_key, share, outcomes, pay, decided, stop, stop_key, examples)
+        parked = ParkedQueue(name, items, head, head_key, share, outcomes, pay, decided, stop, stop_key)
         self.parked[name] = parked
         return parked
 
@@ -377,12 +376,11 @@ class Parking:
         head: int,
         known: Mapping[int, Outcome],
         quiet: Callable[[Resolved], Outcome | None],
-    ) -> tuple[Outcomes, list[int], int, dict[int, int]] | None:
+    ) -> tuple[Outcomes, list[int], int] | None:
         """``_one_by_one``'s scan, asking ``quiet`` once per shape, in the order of each shape's first workload from
         ``head`` on, up to the first shape that might not wait quietly; None when an outcome asked is not its
         shape's (``known`` does not hold it: a capacity wait, kept per pool, or none kept), where only the
-        workload-by-workload scan is exact. No step per workload: the outcomes are read through the shapes, whose
-        first positions come last (``ParkedQueue.examples``)."""
+        workload-by-workload scan is exact. No step per workload: the outcomes are read through the shapes."""
         cached = self._shapes.get(name)
         if cached is None or cached.base > head or cached.items is not items:
             kept = self.shapes.get(name)
@@ -430,7 +428,7 @@ class Parking:
                 pay.append(position)
             table[shape] = outcome
             examples[shape] = position
-        return ShapeOutcomes(shapes, base, table), pay, stop, examples
+        return ShapeOutcomes(shapes, base, table, examples), pay, stop
 
     @staticmethod
     def _one_by_one(
