@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuplane.autoscale.nodes import CAPACITY_WAITS
+from gpuplane.collector import CycleCollector
 from gpuplane.model import DecisionKind, Node, Workload, WorkloadClass
 from gpuplane.model.decision import ReasonCode
 from gpuplane.model.load import PendingWaitAverage
@@ -229,6 +230,8 @@ class Simulation:
         self._last_cycle = -float("inf")
         self._capacity_waits: list[str] = []
         """The last cycle's capacity waits in its order, which the node autoscaler plans from."""
+        self._collector: CycleCollector | None = None
+        """Sets aside, between two cycles of ``run``, what the cycle left alive (``gpuplane.collector``)."""
         self.pending_waits = PendingWaitAverage() if self.index.guard_load_factor is not None else None
         """The pending work's mean queueing delay over time, for a starvation guard that follows the load."""
 
@@ -252,15 +255,18 @@ class Simulation:
         now = 0.0
         same_instant = 0
         limit = _STUCK_EVENTS + 4 * self._trace_jobs
-        for t, event in self.queue.drain():
-            if self.jobs.finished >= self._trace_jobs:
-                break
-            same_instant = same_instant + 1 if t == now else 0
-            if same_instant > limit:
-                raise SimulationStuck(f"virtual time stopped at t={now:.6f}s ({same_instant} events without progress)")
-            now = t
-            self.meters.advance(now)
-            handlers[type(event)](event, now)
+        with CycleCollector() as self._collector:
+            for t, event in self.queue.drain():
+                if self.jobs.finished >= self._trace_jobs:
+                    break
+                same_instant = same_instant + 1 if t == now else 0
+                if same_instant > limit:
+                    stuck = f"virtual time stopped at t={now:.6f}s ({same_instant} events without progress)"
+                    raise SimulationStuck(stuck)
+                now = t
+                self.meters.advance(now)
+                handlers[type(event)](event, now)
+        self._collector = None
         return self._result(now)
 
     def _handlers(self) -> dict[type[Event], Callable[[Any, float], None]]:
@@ -546,6 +552,8 @@ class Simulation:
                 self._capacity_waits = result.waiting_for(CAPACITY_WAITS)
         if waits is not None:  # what stays pending waits until the next cycle
             waits.observe(now, (now - r.job.submit_s - r.run_s for r in self.jobs.pending.values()))
+        if self._collector is not None:
+            self._collector.settled()
 
     def _apply(self, result: CycleResult, now: float) -> None:
         """The cycle's decisions: new wait reasons and preemptions first, then the admitted runs start."""
