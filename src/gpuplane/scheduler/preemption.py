@@ -264,8 +264,8 @@ def _clearing_costs(st: CycleState, r: Resolved, option: FlavorOption, sources: 
         node_pool = st.cap.node_pool
         on_node = victims.on_node
         groups = [
-            flavor == option.flavor and queue in sources and sources[queue].accept(standing)
-            for queue, flavor, standing in victims.groups
+            flavor == option.flavor and queue in sources and bool(nodes) and sources[queue].accept(standing)
+            for (queue, flavor, standing), nodes in zip(victims.groups, victims.group_nodes, strict=True)
         ]
         spares = _spares(r, sources, victims)
         # filters that take the same groups cost every node alike: preemptors of other queues, tiers or levels share

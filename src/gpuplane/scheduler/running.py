@@ -237,6 +237,15 @@ class VictimIndex:
         self._milli_sums: dict[Key, dict[tuple[object, ...], int]] = {}
         """Per (queue, flavor), ``milli_where``'s sums per victim rule, until that queue and flavor's GPUs per standing
         change (a run placed, moved between standings or taken out, an eviction)."""
+        self.groups: list[tuple[str, str, Standing]] = []
+        """Every (queue, flavor, standing) the index has held work of, numbered once for its life (a group whose work
+        has all left keeps its number, with no node); a victim filter accepts or refuses whole groups."""
+        self.group_nodes: list[set[int]] = []
+        """The nodes each group's work runs on."""
+        self._group_of: dict[tuple[str, str, Standing], int] = {}
+        self._group_runs: list[dict[int, int]] = []
+        """Per group and node, how many of its runs hold GPUs there (a node leaves ``group_nodes`` at none)."""
+        self._on_node: dict[int, list[tuple[RunEntry, int, int]]] = {}
         self._reset_cycle()
         for e in entries:
             self._insert(e)
@@ -246,11 +255,6 @@ class VictimIndex:
         """Forget what one cycle ranked, placed and costed (ranks and clearing costs follow each run's lost work)."""
         self._ranked: dict[Key, dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
         self._by_node: dict[int, list[NodeVictim]] | None = None
-        self._on_node: dict[int, list[tuple[RunEntry, int, int]]] | None = None
-        self.groups: list[tuple[str, str, Standing]] = []
-        """Every (queue, flavor, standing) of indexed work; a victim filter accepts or refuses whole groups."""
-        self.group_nodes: list[set[int]] = []
-        """The nodes each group's work runs on (with ``groups``, built with ``on_node``)."""
         self.touched: list[int] = []
         """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
         the clearing costs of ``clearing`` are brought up to date from it."""
@@ -365,6 +369,22 @@ class VictimIndex:
             runs[e.id] = e
             self.milli[key][standing] += e.milli
         self.version += 1
+        group_key = (key[0], key[1], standing)
+        group = self._group_of.get(group_key)
+        if group is None:
+            group = self._group_of[group_key] = len(self.groups)
+            self.groups.append(group_key)
+            self.group_nodes.append(set())
+            self._group_runs.append({})
+        nodes, counts, on_node = self.group_nodes[group], self._group_runs[group], self._on_node
+        for node, gpus in _gpus_per_node(e):
+            nodes.add(node)
+            counts[node] = counts.get(node, 0) + 1
+            held = on_node.get(node)
+            if held is None:
+                on_node[node] = [(e, gpus, group)]
+            else:
+                held.append((e, gpus, group))
 
     def _unplace(self, key: Key, e: RunEntry, counted: bool) -> None:
         standing = self._standing_of.pop(e.id)
@@ -378,6 +398,20 @@ class VictimIndex:
             del by_standing[standing]
             del self.milli[key][standing]
         self.version += 1
+        group = self._group_of[(key[0], key[1], standing)]
+        nodes, counts, on_node = self.group_nodes[group], self._group_runs[group], self._on_node
+        for node, _gpus in _gpus_per_node(e):
+            left = counts[node] - 1
+            if left:
+                counts[node] = left
+            else:
+                del counts[node]
+                nodes.discard(node)
+            held = on_node[node]
+            if len(held) == 1:
+                del on_node[node]
+            else:
+                held.pop(next(i for i, item in enumerate(held) if item[0] is e))
 
     def _stand(self, e: RunEntry, promoted: bool) -> Standing:
         """``e``'s standing at the index's time, with its level, protections and the time it may next change."""
@@ -474,23 +508,10 @@ class VictimIndex:
 
     @property
     def on_node(self) -> dict[int, list[tuple[RunEntry, int, int]]]:
-        """Per node, the indexed work on it in no particular order, each with the GPUs it holds there and its group
-        (an index into ``groups``, which this builds with ``group_nodes``): what a count of the nodes a filter could
-        clear reads, without ranking any victim (``ClearingCosts.count``)."""
-        if self._on_node is None:
-            on_node: dict[int, list[tuple[RunEntry, int, int]]] = {}
-            for (queue, flavor), by_standing in self.members.items():
-                for standing, entries in by_standing.items():
-                    group = len(self.groups)
-                    self.groups.append((queue, flavor, standing))
-                    nodes: set[int] = set()
-                    self.group_nodes.append(nodes)
-                    for e in entries.values():
-                        for node in {slot[0] for slot in e.slots}:
-                            nodes.add(node)
-                            gpus = sum(len(g) for n, g, _ in e.slots if n == node)
-                            on_node.setdefault(node, []).append((e, gpus, group))
-            self._on_node = on_node
+        """Per node holding indexed work, that work in no particular order, each run with the GPUs it holds there and
+        its group (an index into ``groups``): what a count of the nodes a filter could clear reads, without ranking
+        any victim (``ClearingCosts.count``). Kept as runs are placed and taken out, from cycle to cycle; evicted
+        work stays, flagged, until it leaves the index."""
         return self._on_node
 
     @property
@@ -530,6 +551,17 @@ class VictimIndex:
             return cached
         by_standing = self.milli.get((queue, flavor), {})
         return sum(m for standing, m in by_standing.items() if accept(standing))
+
+
+def _gpus_per_node(e: RunEntry) -> list[tuple[int, int]]:
+    """The nodes ``e`` holds GPUs on, each with how many."""
+    if len(e.slots) == 1:
+        node, gpus, _ = e.slots[0]
+        return [(node, len(gpus))]
+    held: dict[int, int] = {}
+    for node, gpus, _ in e.slots:
+        held[node] = held.get(node, 0) + len(gpus)
+    return list(held.items())
 
 
 def _mark(members: set[str], eid: str, member: bool) -> None:
