@@ -115,7 +115,7 @@ class ClearingCosts:
         pod size, sparing nothing one by one, as this one) takes or refuses group for group as this one does gets that
         filter's cost without walking its victims (``_donor``): the filters of a preemption storm differ in a few
         queues' work."""
-        by_node = victims.by_node
+        node_victims = victims.node_victims
         pools, node_pool, need = cap.pools, cap.node_pool, self.need
         if not self.built:
             self.pods = 0
@@ -127,7 +127,7 @@ class ClearingCosts:
                         self.keys[node] = key
                         self.taken[node] = donor.taken[node]
                 else:
-                    key = self._cost(cap, node, by_node[node])
+                    key = self._cost(cap, node, node_victims(node))
                 if key is not None:
                     self.order.append(key)
                     self.pods += pools[node_pool[node]].gpus_per_node // need
@@ -142,7 +142,7 @@ class ClearingCosts:
                     del self.order[bisect_left(self.order, old)]
                     del self.taken[node]
                     self.pods -= per_node
-                key = self._cost(cap, node, by_node[node])
+                key = self._cost(cap, node, node_victims(node))
                 if key is not None:
                     insort(self.order, key)
                     self.pods += per_node

@@ -141,13 +141,13 @@ def _open_one(
     """Open one more ``r.gpus_per_pod``-GPU slot on ``pool``: the cheapest node whose movable runs fit elsewhere."""
     cap = st.cap
     g = r.gpus_per_pod
-    by_node = st.victims.by_node
+    node_victims = st.victims.node_victims
     candidates: list[tuple[tuple[int, float], int, list[RunEntry]]] = []
     for free in range(g - 1, -1, -1):
         for node in pool.buckets[free]:
             if node in opened:
                 continue
-            found = _runs_to_move(st, r, by_node.get(node, ()), g - free, moved, min_run_age_s)
+            found = _runs_to_move(st, r, node_victims(node), g - free, moved, min_run_age_s)
             if found is None or found[0][0] > budget:
                 continue
             cost, chosen = found

@@ -254,7 +254,7 @@ class VictimIndex:
     def _reset_cycle(self) -> None:
         """Forget what one cycle ranked, placed and costed (ranks and clearing costs follow each run's lost work)."""
         self._ranked: dict[Key, dict[Standing, list[tuple[VictimRank, RunEntry]]]] = {}
-        self._by_node: dict[int, list[NodeVictim]] | None = None
+        self._by_node: dict[int, list[NodeVictim]] = {}
         self.touched: list[int] = []
         """Nodes whose free GPUs or victims changed for good during the cycle (admissions, evictions), in order:
         the clearing costs of ``clearing`` are brought up to date from it."""
@@ -514,16 +514,21 @@ class VictimIndex:
         work stays, flagged, until it leaves the index."""
         return self._on_node
 
-    @property
-    def by_node(self) -> dict[int, list[NodeVictim]]:
-        """Per node, ``on_node``'s work in victim order, each with its rank, built when first needed."""
-        if self._by_node is None:
-            rank_of = {e.id: rank for key in self.members for ranked in self.ranked(key).values() for rank, e in ranked}
-            self._by_node = {
-                node: sorted(((rank_of[e.id], e, gpus, group) for e, gpus, group in entries), key=itemgetter(0))
-                for node, entries in self.on_node.items()
-            }
-        return self._by_node
+    def node_victims(self, node: int) -> list[NodeVictim]:
+        """``on_node``'s work on ``node`` in victim order, each with its rank: sorted when first asked in a cycle,
+        so the nodes a cycle never costs are never sorted (empty for a node holding no indexed work)."""
+        ordered = self._by_node.get(node)
+        if ordered is None:
+            now, by_wait, levels = self._now, self.rules.by_wait, self.levels
+            ordered = sorted(
+                (
+                    (victim_rank(e, now, levels[e.id], by_wait), e, gpus, group)
+                    for e, gpus, group in self._on_node.get(node, ())
+                ),
+                key=itemgetter(0),
+            )
+            self._by_node[node] = ordered
+        return ordered
 
     def touch(self, slots: Iterable[PodSlot]) -> None:
         """The nodes of ``slots`` changed for good (work admitted there, or evicted from there)."""
