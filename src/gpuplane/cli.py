@@ -641,7 +641,11 @@ def _add_cluster_options(sim: argparse.ArgumentParser) -> None:
 def _add_run_options(sim: argparse.ArgumentParser) -> None:
     """How the replay runs: cycles, checkpoints, estimates, how many jobs, seed, processes, node autoscaling."""
     sim.add_argument(
-        "--cycle-s", type=number(0, above=True), default=30.0, help="least virtual time between cycles (default 30)"
+        "--cycle-s",
+        type=number(0, above=True),
+        default=30.0,
+        help="least virtual time between cycles while work waits (default 30; after a cycle that left nothing "
+        "waiting the next runs at once)",
     )
     sim.add_argument(
         "--checkpoint-interval-s",

@@ -351,15 +351,27 @@ def test_fractional_jobs_share_a_gpu_where_the_pool_shares_gpus():
 def test_waiting_is_attributed_to_the_reasons_the_scheduler_gave():
     tr = trace([TraceJob("big", "a", 0.0, 1000.0, 32), TraceJob("small", "b", 10.0, 100.0, 8)])
     fifo = run("fifo", tr)  # one queue, no preemption: the small job waits for the big one to finish
-    assert fifo.wait_s_by_reason == {"b": {"awaiting_cycle": 20.0, "quota_nominal_exceeded": 970.0}}
+    assert fifo.wait_s_by_reason == {"b": {"quota_nominal_exceeded": 990.0}}
     assert fifo.preemptions_by_reason == {}
-    ours = run("gpuplane", tr)  # team b reclaims its nominal quota from a's borrowed GPUs at the first cycle
+    ours = run("gpuplane", tr)  # team b reclaims its nominal quota from a's borrowed GPUs at its arrival's cycle
     assert ours.preemptions_by_reason == {"a": {"preempted_to_reclaim_quota": 1}}
-    assert ours.wait_s_by_reason == {"b": {"awaiting_cycle": 20.0}, "a": {"preempted_to_reclaim_quota": 100.0}}
+    assert ours.wait_s_by_reason == {"a": {"preempted_to_reclaim_quota": 100.0}}
     figures = summarize(ours)
     assert figures["preemptions_by_reason"] == {"preempted_to_reclaim_quota": 1}
     assert figures["per_team"]["a"]["wait_hours_by_reason"] == {"preempted_to_reclaim_quota": 100.0 / 3600}
     assert figures["per_team"]["b"]["preemptions_by_reason"] == {}
+
+
+def test_an_arrival_waits_for_the_next_cycle_only_while_the_last_one_left_work_waiting():
+    """Cycles batch the waiting work of a cluster that cannot keep up (at least ``cycle_s`` apart); an arrival after
+    a cycle that left nothing waiting is decided at once."""
+    jobs = [TraceJob("big", "a", 0.0, 1000.0, 32), TraceJob("small", "b", 10.0, 100.0, 8)]
+    fifo = run("fifo", trace([*jobs, TraceJob("late", "b", 15.0, 100.0, 8)]))
+    # at t=10 small waits behind big; late arrives at 15 and waits for the cycle at 10 + 30 s
+    assert fifo.wait_s_by_reason["b"]["awaiting_cycle"] == pytest.approx(25.0)
+    assert fifo.wait_s_by_reason["b"]["quota_nominal_exceeded"] == pytest.approx(990.0)
+    slow = run("fifo", trace([*jobs, TraceJob("late", "b", 15.0, 100.0, 8)]), cycle_s=60.0)
+    assert slow.wait_s_by_reason["b"]["awaiting_cycle"] == pytest.approx(55.0)
 
 
 def test_quota_owed_is_the_gpu_time_a_team_waited_for_within_its_nominal_quota():
@@ -370,15 +382,16 @@ def test_quota_owed_is_the_gpu_time_a_team_waited_for_within_its_nominal_quota()
         cluster = size_cluster(parse_policy(yaml.safe_dump(doc), "test.yaml"), tr)
         result = Simulation(make_variant(name, cluster.policy), cluster.nodes, tr, quotas_of=cluster.policy).run()
         check_conservation(result)
-        owed_s[name] = result.wait_s_by_reason["b"]
+        owed_s[name] = result.wait_s_by_reason.get("b", {})
         return summarize(result)["fairness"]["quota_owed_gpu_hours"] * 3600
 
     owed_s: dict[str, dict[str, float]] = {}
-    # b asks 8 of its 16 GPUs at t=10 while a's 32-GPU job borrows them; the first cycle runs at t=30
-    assert owed("gpuplane") == pytest.approx(20 * 8), "reclaimed at the first cycle"
+    # b asks 8 of its 16 GPUs at t=10 while a's 32-GPU job borrows them; the cycle at t=0 left nothing waiting, so
+    # b's arrival is decided at once (the live plane is woken by each submission)
+    assert owed("gpuplane") == pytest.approx(0.0), "reclaimed at once"
     assert owed("fifo") == pytest.approx(990 * 8), "no quotas: b waits for a's job to end"
     assert owed("gpuplane", min_runtime_s=3600) == pytest.approx(990 * 8), "a's run is too young to reclaim"
-    assert owed_s["gpuplane"] == {"awaiting_cycle": 20.0, "awaiting_reclaim": 970.0}
-    assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=0) == pytest.approx(20 * 8)
+    assert owed_s["gpuplane"] == {"awaiting_reclaim": 990.0}
+    assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=0) == pytest.approx(0.0)
     assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=500) == pytest.approx(490 * 8)
-    assert owed_s["gpuplane"] == {"awaiting_cycle": 20.0, "awaiting_reclaim": 470.0}, "a cycle when a's run is 500 s"
+    assert owed_s["gpuplane"] == {"awaiting_reclaim": 490.0}, "a cycle when a's run is 500 s"

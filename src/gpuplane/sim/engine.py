@@ -6,8 +6,8 @@ service levels), a run outlives a minimum runtime that protected it (``preemptio
 ``reclaim_min_runtime_s``) or a pending job reaches the starvation guard, a spot node is interrupted and its
 replacement finishes booting (``sim.outages``), the node autoscaler ticks and a node it ordered finishes
 booting (``sim.node_scaling``), and a scheduling cycle. Cycles run when something changed and work is
-pending, at most once per ``cycle_s`` of virtual time, on one long-lived scheduler state (``run_cycle``),
-which decides exactly as a fresh snapshot would.
+pending (at once after a cycle that left nothing waiting, else at most once per ``cycle_s`` of virtual time), on
+one long-lived scheduler state (``run_cycle``), which decides exactly as a fresh snapshot would.
 
 A job's progress is measured in seconds of work at speed 1.0; on a GPU model of speed s it advances s
 per second. A preempted job keeps the progress of its last checkpoint (every ``checkpoint_interval_s``
@@ -228,6 +228,8 @@ class Simulation:
         """Jobs to finish (the trace's jobs are keyed by id)."""
         self._cycle_queued = False
         self._last_cycle = -float("inf")
+        self._left_waiting = False
+        """The last cycle left work waiting: the next one waits for ``cycle_s`` after it."""
         self._capacity_waits: list[str] = []
         """The last cycle's capacity waits in its order, which the node autoscaler plans from."""
         self._collector: CycleCollector | None = None
@@ -290,11 +292,14 @@ class Simulation:
             self.queue.push(0.0, _AUTOSCALE)
 
     def _queue_cycle(self, now: float) -> None:
-        """A cycle as soon as ``cycle_s`` after the last one allows, when work is pending and none is queued."""
+        """A cycle when work is pending and none is queued: at once when the last cycle left no work waiting (the
+        live plane, woken by each submission, starts such work within its tick), else as soon as ``cycle_s`` after
+        the last cycle allows (a cluster that cannot keep up decides its waiting work in batches)."""
         if self._cycle_queued or not self.jobs.pending:
             return
         self._cycle_queued = True
-        self.queue.push(max(now, self._last_cycle + self.cycle_s), _CYCLE)
+        at = max(now, self._last_cycle + self.cycle_s) if self._left_waiting else now
+        self.queue.push(at, _CYCLE)
 
     def _result(self, now: float) -> SimResult:
         self.meters.advance(now)
@@ -529,7 +534,9 @@ class Simulation:
     def _on_cycle_due(self, _event: CycleDue, now: float) -> None:
         self._cycle_queued = False
         if not self.jobs.pending:
+            self._left_waiting = False
             return
+        self._left_waiting = True  # a cycle this one queues again (bounded searches) waits for cycle_s
         self._last_cycle = now
         self.meters.cycles += 1
         waits = self.pending_waits
@@ -552,6 +559,7 @@ class Simulation:
                 self._capacity_waits = result.waiting_for(CAPACITY_WAITS)
         if waits is not None:  # what stays pending waits until the next cycle
             waits.observe(now, (now - r.job.submit_s - r.run_s for r in self.jobs.pending.values()))
+        self._left_waiting = bool(self.jobs.pending)
         if self._collector is not None:
             self._collector.settled()
 
