@@ -17,6 +17,9 @@ everything back and collects once (``gc.unfreeze``, ``gc.collect``), so cyclic g
 cycles. Entering the ``with`` block sets aside what the runtime built before its first cycle (the trace, the
 nodes); leaving it puts everything back (``gc.unfreeze`` is process-wide: objects another user froze go back
 too). Decisions do not depend on the collector: the same cycles, only their CPU time changes.
+
+The simulator settles it (``Simulation.run``). The live plane does not: its tick already runs with the collector
+paused (``live.control.cycle_collector_paused``, measured there), and between ticks its API threads allocate as well.
 """
 
 from __future__ import annotations

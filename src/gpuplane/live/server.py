@@ -11,7 +11,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuplane.collector import CycleCollector
 from gpuplane.live.api import create_app
 from gpuplane.live.auth import TokenTable, resolve_tokens, token_variables
 from gpuplane.live.control import ControlPlane
@@ -188,10 +187,6 @@ class LivePlane:
         self._loop.start()
 
     def _run(self) -> None:
-        with CycleCollector() as collector:  # full collections walk what a tick allocates, not the whole plane
-            self._loop_ticks(collector)
-
-    def _loop_ticks(self, collector: CycleCollector) -> None:
         last_nodes = last_events = 0.0
         while not self._stop.is_set():
             try:
@@ -211,7 +206,6 @@ class LivePlane:
             except Exception:
                 log.exception("control loop tick failed; retrying")
                 time.sleep(1.0)
-            collector.settled()
             self.control.wake.wait(self.options.tick_s)
             self.control.wake.clear()
 
