@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuplane.model import Placement, PodPlacement, RunningWorkload
+from gpuplane.policy import PolicyError
 from tests.unit.fixtures import codes, cycle, job, kinds, nodes, policy
 
 
@@ -111,6 +112,42 @@ def test_reclaim_minimum_runtime_is_its_own_setting(preemption, reclaims):
         assert wait.reason.details["reclaim"] == "any" and wait.reason.details["reclaim_min_runtime_s"] == 3600
         assert "within its nominal h100 quota (0 in use + 32 requested <= 32)" in wait.reason.message
         assert "younger than 3600 s" in wait.reason.message
+
+
+def test_reclaim_minimum_runtime_per_wait_spares_runs_by_their_own_wait():
+    """A borrower's run is spared reclaim at most ``reclaim_min_runtime_per_wait`` times the time it waited before it
+    started: the two that started at once are taken, the four that waited an hour keep the minimum runtime."""
+    p = policy(scheduling={"preemption": {"min_runtime_s": 3600, "reclaim_min_runtime_per_wait": 1.0}})
+    node_list = nodes(p, train=8)
+    waited = [0, 0, 3600, 3600, 3600, 3600]
+    specs = [(job(f"b{i}", queue="b", klass="batch", t=i - w), i, None) for i, w in enumerate(waited)]
+    run = running(p, node_list, specs)
+    res = cycle(p, node_list, [job("a1", pods=4, klass="batch", t=20)], run, now=100)
+    assert kinds(res)["a1"] == "admit"
+    assert sorted(d.workload_id for d in res.preempted) == ["b0", "b1"]
+    assert all(d.reason.code.value == "preempted_to_reclaim_quota" for d in res.preempted)
+
+
+def test_reclaim_minimum_runtime_per_wait_says_so_while_it_spares_every_run():
+    p = policy(scheduling={"preemption": {"min_runtime_s": 3600, "reclaim_min_runtime_per_wait": 1.0}})
+    node_list = nodes(p, train=8)
+    specs = [(job(f"b{i}", queue="b", klass="batch", t=i - 600), i, None) for i in range(6)]
+    run = running(p, node_list, specs)
+    res = cycle(p, node_list, [job("a1", pods=4, klass="batch", t=20)], run, now=100)
+    (wait,) = res.for_workload("a1")
+    assert wait.reason.code.value == "awaiting_reclaim"
+    assert wait.reason.details["reclaim_min_runtime_per_wait"] == 1.0
+    assert "younger than 3600 s and than 1x their wait" in wait.reason.message
+    later = cycle(p, node_list, [job("a1", pods=4, klass="batch", t=20)], run, now=604)  # b4 has run 600 s, b5 599 s
+    assert sorted(d.workload_id for d in later.preempted) == ["b3", "b4"], "the latest started of those past 600 s"
+
+
+@pytest.mark.parametrize("preemption", [{}, {"min_runtime_s": 3600, "reclaim_min_runtime_s": 0}])
+def test_reclaim_minimum_runtime_per_wait_needs_a_protection_to_shorten(preemption):
+    with pytest.raises(PolicyError) as err:
+        policy(scheduling={"preemption": {**preemption, "reclaim_min_runtime_per_wait": 1.0}})
+    assert "scheduling.preemption.reclaim_min_runtime_per_wait" in str(err.value)
+    assert "set scheduling.preemption.reclaim_min_runtime_s" in str(err.value)
 
 
 def test_reclaim_never_pushes_the_borrower_below_nominal():

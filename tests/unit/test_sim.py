@@ -395,3 +395,26 @@ def test_quota_owed_is_the_gpu_time_a_team_waited_for_within_its_nominal_quota()
     assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=0) == pytest.approx(0.0)
     assert owed("gpuplane", min_runtime_s=3600, reclaim_min_runtime_s=500) == pytest.approx(490 * 8)
     assert owed_s["gpuplane"] == {"awaiting_reclaim": 490.0}, "a cycle when a's run is 500 s"
+
+
+def test_a_run_that_waited_less_is_spared_reclaim_for_less_with_a_factor_of_its_wait():
+    """``reclaim_min_runtime_per_wait``: a's big job waited 199 s before it started at 200 s, so a factor of 2 spares
+    it from reclaim for 398 s of its run, not the hour; the simulator looks again when that protection ends."""
+    tr = trace(
+        [
+            TraceJob("first", "a", 0.0, 200.0, 32),
+            TraceJob("big", "a", 1.0, 1000.0, 32),
+            TraceJob("small", "b", 301.0, 100.0, 8),
+        ]
+    )
+
+    def waits(**preemption):
+        doc = {**POLICY, "scheduling": {"preemption": {"min_runtime_s": 3600, **preemption}}}
+        cluster = size_cluster(parse_policy(yaml.safe_dump(doc), "test.yaml"), tr)
+        result = Simulation(make_variant("gpuplane", cluster.policy), cluster.nodes, tr, quotas_of=cluster.policy).run()
+        check_conservation(result)
+        return result.wait_s_by_reason.get("b", {})
+
+    assert waits() == {"awaiting_reclaim": pytest.approx(899.0)}, "big ends at 1200"
+    assert waits(reclaim_min_runtime_per_wait=2.0) == {"awaiting_reclaim": pytest.approx(297.0)}, "spared to 598"
+    assert waits(reclaim_min_runtime_per_wait=0.25) == {}, "spared 49.75 s: reclaimed at once"

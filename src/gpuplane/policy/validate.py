@@ -31,6 +31,7 @@ def check_policy(policy: PolicySpec) -> list[PolicyIssue]:
         _priorities,
         _service_levels,
         _starvation_guard,
+        _reclaim_protection,
         _services,
         _auth,
         check_tenancy,
@@ -232,6 +233,19 @@ def _starvation_guard(policy: PolicySpec) -> Iterator[PolicyIssue]:
             ("scheduling", "starvation_guard_preempts_borrowed"),
             "nothing is ever promoted without a starvation guard, so this switch would do nothing",
             "set scheduling.starvation_guard_load_factor (e.g. 3) or starvation_guard_hours, or remove the switch",
+        )
+
+
+def _reclaim_protection(policy: PolicySpec) -> Iterator[PolicyIssue]:
+    preemption = policy.scheduling.preemption
+    protected = (
+        preemption.min_runtime_s if preemption.reclaim_min_runtime_s is None else preemption.reclaim_min_runtime_s
+    )
+    if preemption.reclaim_min_runtime_per_wait is not None and not protected:
+        yield PolicyIssue(
+            ("scheduling", "preemption", "reclaim_min_runtime_per_wait"),
+            "no run is spared reclaim (no reclaim_min_runtime_s or min_runtime_s), so there is no protection to shorten",
+            "set scheduling.preemption.reclaim_min_runtime_s (or min_runtime_s), or remove reclaim_min_runtime_per_wait",
         )
 
 

@@ -174,6 +174,8 @@ class PolicyIndex:
         reclaim = rules.min_runtime_s if rules.reclaim_min_runtime_s is None else rules.reclaim_min_runtime_s
         self.reclaim_min_runtime_s: float | None = reclaim or None
         """How long a run is spared reclaim (``reclaim_min_runtime_s``, by default ``min_runtime_s``; None: not)."""
+        self.reclaim_runtime_per_wait = rules.reclaim_min_runtime_per_wait if reclaim else None
+        """With it, a run is spared reclaim at most this many times its queueing delay before it started."""
 
     def guard_s(self, load: LoadSignals) -> float | None:
         """The starvation guard for a cycle: ``starvation_guard_load_factor`` times the mean queueing delay the

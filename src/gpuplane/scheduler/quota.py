@@ -164,6 +164,8 @@ class QuotaLedger:
                 spared = self.index.reclaim_min_runtime_s
                 details["reclaim"] = rules.reclaim_within_cohort if rules.enabled else "off"
                 details["reclaim_min_runtime_s"] = spared or 0.0
+                if spared and self.index.reclaim_runtime_per_wait is not None:
+                    details["reclaim_min_runtime_per_wait"] = self.index.reclaim_runtime_per_wait
         return QuotaVerdict(False, code=code, details=details)
 
     def charge(self, queue: QueueInfo, flavor: str, milli: int) -> None:

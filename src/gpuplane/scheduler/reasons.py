@@ -97,4 +97,9 @@ def make_reason(code: ReasonCode, details: Mapping[str, Any]) -> Reason:
             "not enough MIG capacity on pool {pool}: {slices_that_fit} {mig_profile} slice(s) fit, "
             "{slices_needed} needed"
         )
+    elif code is ReasonCode.AWAITING_RECLAIM and "reclaim_min_runtime_per_wait" in details:
+        template = template.replace(
+            "{reclaim_min_runtime_s:g} s",
+            "{reclaim_min_runtime_s:g} s and than {reclaim_min_runtime_per_wait:g}x their wait",
+        )
     return Reason(code, template, details)

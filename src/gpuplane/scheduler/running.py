@@ -125,6 +125,7 @@ class VictimRules:
     reclaim_min_runtime_s: float | None = None
     by_wait: bool = False
     spare_after_preemptions: int | None = None
+    reclaim_runtime_per_wait: float | None = None
 
     @classmethod
     def of(cls, index: PolicyIndex) -> VictimRules:
@@ -140,6 +141,7 @@ class VictimRules:
             index.reclaim_min_runtime_s,
             preemption.victims_least_waited_first,
             preemption.spare_after_preemptions,
+            index.reclaim_runtime_per_wait,
         )
 
 
@@ -160,6 +162,16 @@ def within_nominal(runs: Iterable[RunEntry], nominal: int) -> set[str]:
         room -= e.milli
         core.add(e.id)
     return core
+
+
+def reclaim_protection_s(min_runtime_s: float | None, per_wait: float | None, waited_s: float) -> float | None:
+    """How long a run that waited ``waited_s`` before it started is spared reclaim at its own tier or above (None:
+    not at all): ``reclaim_min_runtime_s``, and with ``reclaim_min_runtime_per_wait`` at most that many times its
+    wait. Work that started at once on GPUs another queue lent is cheap to give back when the lender asks; work that
+    waited long for its GPUs keeps the full protection. Relative to each run's own wait, so it follows the load."""
+    if min_runtime_s is None or per_wait is None:
+        return min_runtime_s
+    return min(min_runtime_s, per_wait * waited_s) or None
 
 
 STANDING_MARGIN_S = 1.0
@@ -419,9 +431,8 @@ class VictimIndex:
         thresholds = rules.thresholds_gpu_s
         level = e.level(now, thresholds, protected=promoted) if thresholds else 0
         runtime = now - e.start
-        until = _standing_until(
-            e, runtime, thresholds, None if promoted else level, rules.min_runtime_s, rules.reclaim_min_runtime_s
-        )
+        reclaim_s = reclaim_protection_s(rules.reclaim_min_runtime_s, rules.reclaim_runtime_per_wait, e.waited_s)
+        until = _standing_until(e, runtime, thresholds, None if promoted else level, rules.min_runtime_s, reclaim_s)
         if until < math.inf:
             self._until_of[eid] = until
             heapq.heappush(self._changes_at, (until, eid))
@@ -434,7 +445,7 @@ class VictimIndex:
             rules.spare_after_preemptions is not None and e.preempted_before >= rules.spare_after_preemptions
         )
         _mark(self.young, eid, young)
-        reclaim_young = rules.reclaim_min_runtime_s is not None and runtime < rules.reclaim_min_runtime_s
+        reclaim_young = reclaim_s is not None and runtime < reclaim_s
         _mark(self.reclaim_young, eid, reclaim_young)
         _mark(self.promoted, eid, promoted)
         return Standing(e.tier, level, promoted or young, e.aged, promoted, reclaim_young)  # type: ignore[arg-type]

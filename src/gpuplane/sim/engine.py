@@ -32,7 +32,8 @@ from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex
 from gpuplane.scheduler.cycle import CycleResult, run_cycle
 from gpuplane.scheduler.repeat import repeat_quietly
-from gpuplane.scheduler.resolve import InvalidWorkload, resolve
+from gpuplane.scheduler.resolve import InvalidWorkload, queueing_delay, resolve
+from gpuplane.scheduler.running import reclaim_protection_s
 from gpuplane.scheduler.state import CycleState
 from gpuplane.sim.accounts import EventSink, SimAccounts
 from gpuplane.sim.events import (
@@ -147,6 +148,9 @@ class _Rechecks:
     """Seconds after a start when a minimum runtime stops protecting the run."""
     starvation_guard: bool
     """Pending work is promoted after the starvation guard's wait (and may then preempt)."""
+    reclaim_per_wait: tuple[float, float] | None = None
+    """The reclaim minimum runtime and its factor of each run's wait (``reclaim_protection_s``): a run's own
+    protection from reclaim ends between the fixed ones."""
 
     @classmethod
     def of(cls, index: PolicyIndex) -> _Rechecks:
@@ -157,6 +161,9 @@ class _Rechecks:
             index.level_thresholds_gpu_s,
             tuple(sorted(protections)) if preempts else (),
             index.guarded,
+            None
+            if not preempts or index.reclaim_min_runtime_s is None or index.reclaim_runtime_per_wait is None
+            else (index.reclaim_min_runtime_s, index.reclaim_runtime_per_wait),
         )
 
 
@@ -410,6 +417,11 @@ class Simulation:
         self._queue_level_crossing(record, now)
         for protected_s in self.rechecks.protections:
             self.queue.push(now + protected_s, RecheckDue(record.job.id, record.version))
+        if self.rechecks.reclaim_per_wait is not None:
+            waited = queueing_delay(record.workload, now, record.gpus)
+            reclaim_s = reclaim_protection_s(*self.rechecks.reclaim_per_wait, waited)
+            if reclaim_s is not None and reclaim_s not in self.rechecks.protections:
+                self.queue.push(now + reclaim_s, RecheckDue(record.job.id, record.version))
 
     def _stop(self, record: JobRecord, now: float) -> float:
         """Take a job off its GPUs; returns the seconds it ran."""
