@@ -51,6 +51,29 @@ def test_a_run_passing_its_reclaim_minimum_runtime_between_quiet_cycles_becomes_
     assert ("r", DecisionKind.PREEMPT.value, "preempted_to_reclaim_quota") in later
 
 
+def test_a_run_passing_its_own_reclaim_protection_between_quiet_cycles_becomes_a_victim() -> None:
+    """As above with ``reclaim_min_runtime_per_wait``: r waited 200 s before it started, so a factor of 1 spares it
+    from reclaim for 200 s of its run (not the hour): at t=100 p waits, at t=300 r is reclaimed. The carried index
+    must look again at r's own protection's end, not only at the policy's fixed minimum runtime."""
+    teams = [
+        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
+        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 0, "borrowing_limit": 8}}},
+        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
+    ]
+    rules = {"enabled": True, "reclaim_min_runtime_s": 3600, "reclaim_min_runtime_per_wait": 1.0}
+    p = policy(teams=teams, scheduling={"preemption": rules})
+    index = PolicyIndex(p)
+    r = job("r", "b", gpus=8, t=-200.0, preemptible=True)
+    placed = schedule(index, ClusterSnapshot(0.0, nodes(p, train=1), [], [r])).decisions[0].placement
+    running = [RunningWorkload(r, placed, 0.0)]  # type: ignore[arg-type]
+    kept = CycleState(index, nodes(p, train=1), 0.0)
+    kept.load(running)
+    waiting = [job("p", "a", gpus=8, t=50.0)]
+    assert _decide_both(p, index, kept, 100.0, running, waiting) == [("p", "wait", "awaiting_reclaim")]
+    later = _decide_both(p, index, kept, 300.0, running, waiting)
+    assert ("r", DecisionKind.PREEMPT.value, "preempted_to_reclaim_quota") in later
+
+
 def test_an_index_built_after_its_cycles_admission_takes_that_work_in_the_next_cycle() -> None:
     """Cycle 1 admits w1 and then searches for w2, building the index without w1 (admitted this cycle). In
     cycle 2 nothing has started or ended, and a high-priority job must be able to take w1."""
