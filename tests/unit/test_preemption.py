@@ -137,7 +137,7 @@ def test_reclaim_minimum_runtime_per_wait_says_so_while_it_spares_every_run():
     (wait,) = res.for_workload("a1")
     assert wait.reason.code.value == "awaiting_reclaim"
     assert wait.reason.details["reclaim_min_runtime_per_wait"] == 1.0
-    assert "younger than 3600 s and than 1x their wait" in wait.reason.message
+    assert "younger than 3600 s (and than 1x the wait before their start) are spared" in wait.reason.message
     later = cycle(p, node_list, [job("a1", pods=4, klass="batch", t=20)], run, now=604)  # b4 has run 600 s, b5 599 s
     assert sorted(d.workload_id for d in later.preempted) == ["b3", "b4"], "the latest started of those past 600 s"
 

@@ -100,6 +100,6 @@ def make_reason(code: ReasonCode, details: Mapping[str, Any]) -> Reason:
     elif code is ReasonCode.AWAITING_RECLAIM and "reclaim_min_runtime_per_wait" in details:
         template = template.replace(
             "{reclaim_min_runtime_s:g} s",
-            "{reclaim_min_runtime_s:g} s and than {reclaim_min_runtime_per_wait:g}x their wait",
+            "{reclaim_min_runtime_s:g} s (and than {reclaim_min_runtime_per_wait:g}x the wait before their start)",
         )
     return Reason(code, template, details)
