@@ -142,6 +142,20 @@ def test_reclaim_minimum_runtime_per_wait_says_so_while_it_spares_every_run():
     assert sorted(d.workload_id for d in later.preempted) == ["b3", "b4"], "the latest started of those past 600 s"
 
 
+def test_reclaim_minimum_runtime_per_wait_keeps_the_protection_below_the_first_service_level():
+    """With attained-service levels a run is shortened its reclaim protection only once it has had the first level's
+    GPU time (1 GPU-hour: 450 s of an 8-GPU run): below it, it may be a short job about to finish."""
+    rules = {"min_runtime_s": 3600, "reclaim_min_runtime_per_wait": 1.0}
+    p = policy(scheduling={"preemption": rules, "service_levels": {"thresholds_gpu_hours": [1, 10]}})
+    node_list = nodes(p, train=8)
+    specs = [(job(f"b{i}", queue="b", klass="batch", t=i), i, None) for i in range(6)]
+    run = running(p, node_list, specs)
+    early = cycle(p, node_list, [job("a1", pods=4, klass="batch", t=20)], run, now=400)  # 395-400 s: level 0
+    assert not early.preempted and codes(early)["a1"] == "awaiting_reclaim"
+    later = cycle(p, node_list, [job("a1", pods=4, klass="batch", t=20)], run, now=460)  # b0-b5 ran 455-460 s
+    assert len(later.preempted) == 2 and codes(later)["a1"] == "admitted_after_preemption"
+
+
 @pytest.mark.parametrize("preemption", [{}, {"min_runtime_s": 3600, "reclaim_min_runtime_s": 0}])
 def test_reclaim_minimum_runtime_per_wait_needs_a_protection_to_shorten(preemption):
     with pytest.raises(PolicyError) as err:

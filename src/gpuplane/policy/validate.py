@@ -244,8 +244,8 @@ def _reclaim_protection(policy: PolicySpec) -> Iterator[PolicyIssue]:
     if preemption.reclaim_min_runtime_per_wait is not None and not protected:
         yield PolicyIssue(
             ("scheduling", "preemption", "reclaim_min_runtime_per_wait"),
-            "no run is spared reclaim (no reclaim_min_runtime_s or min_runtime_s), so there is no protection to shorten",
-            "set scheduling.preemption.reclaim_min_runtime_s (or min_runtime_s), or remove reclaim_min_runtime_per_wait",
+            "no run is spared reclaim (no reclaim_min_runtime_s or min_runtime_s): there is no protection to shorten",
+            "set scheduling.preemption.reclaim_min_runtime_s (or min_runtime_s), or remove this factor",
         )
 
 

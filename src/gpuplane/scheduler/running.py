@@ -164,12 +164,16 @@ def within_nominal(runs: Iterable[RunEntry], nominal: int) -> set[str]:
     return core
 
 
-def reclaim_protection_s(min_runtime_s: float | None, per_wait: float | None, waited_s: float) -> float | None:
+def reclaim_protection_s(
+    min_runtime_s: float | None, per_wait: float | None, waited_s: float, served: bool = True
+) -> float | None:
     """How long a run that waited ``waited_s`` before it started is spared reclaim at its own tier or above (None:
     not at all): ``reclaim_min_runtime_s``, and with ``reclaim_min_runtime_per_wait`` at most that many times its
-    wait. Work that started at once on GPUs another queue lent is cheap to give back when the lender asks; work that
-    waited long for its GPUs keeps the full protection. Relative to each run's own wait, so it follows the load."""
-    if min_runtime_s is None or per_wait is None:
+    wait once it is ``served`` (it has reached the first attained-service level, where the policy declares levels).
+    Work that started at once on GPUs another queue lent and has had a level's worth of GPU time is cheap to give
+    back when the lender asks; work that waited long for its GPUs keeps the full protection, and so does work below
+    the first level, which may be a short job about to finish. Relative to each run's own wait and service."""
+    if min_runtime_s is None or per_wait is None or not served:
         return min_runtime_s
     return min(min_runtime_s, per_wait * waited_s) or None
 
@@ -431,7 +435,10 @@ class VictimIndex:
         thresholds = rules.thresholds_gpu_s
         level = e.level(now, thresholds, protected=promoted) if thresholds else 0
         runtime = now - e.start
-        reclaim_s = reclaim_protection_s(rules.reclaim_min_runtime_s, rules.reclaim_runtime_per_wait, e.waited_s)
+        served = not thresholds or (not promoted and level >= 1)
+        reclaim_s = reclaim_protection_s(
+            rules.reclaim_min_runtime_s, rules.reclaim_runtime_per_wait, e.waited_s, served
+        )
         until = _standing_until(e, runtime, thresholds, None if promoted else level, rules.min_runtime_s, reclaim_s)
         if until < math.inf:
             self._until_of[eid] = until
