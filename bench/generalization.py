@@ -17,9 +17,9 @@ no team's p99 queueing delay above fifo-quota's, preemptions <= 1.5x Tiresias-st
 defaults were chosen on the tuning cases (Philly windows 1 and 3); the others are held out.
 
 Results are cached per (case, policy) under ``--cache`` keyed by the trace, the cluster, the policy as
-simulated, the options and the scheduler's source code, so only what changed runs again; with
-``--reuse-baselines`` the baselines are keyed without the source code (for experiments that change only
-rules the baselines do not use; the final figures are always taken without it).
+simulated, the options and the scheduler's source code, so only what changed runs again; a baseline is also
+kept under a key without the source code, which ``--reuse-baselines`` reads when the current code has no result
+(for experiments that change only rules the baselines do not use; the final figures are always taken without it).
 
     nice -n 10 python bench/generalization.py --workers 2 --json out/gen.json --html out/gen.html
     python bench/generalization.py --cases philly-w1 --set scheduling.starvation_guard_hours=36
@@ -188,24 +188,29 @@ class Runner:
     console: Console
     ran: int = 0
 
-    def key(self, case: Case, task: Task) -> str:
-        """The cache key of a task of ``case``."""
-        code = None if self.reuse_baselines and task.policy != "gpuplane" else self.code
-        return task_key(task, case.trace_id_of(task.trace), code)
+    def keys(self, case: Case, task: Task) -> list[str]:
+        """The cache keys a task of ``case`` is stored under, first the one looked up first: its key with the
+        scheduler's source code; for a baseline also its key without it, which ``--reuse-baselines`` reads when the
+        first misses (so a baseline run on any code, the current one included, is reused)."""
+        trace_id = case.trace_id_of(task.trace)
+        exact = task_key(task, trace_id, self.code)
+        return [exact] if task.policy == "gpuplane" else [exact, task_key(task, trace_id, None)]
 
     def run(self, work: list[tuple[Case, Task]]) -> list[dict[str, Any]]:
         """Each task's stored result (summary, JCT quantiles, wall time), running those not in the cache."""
-        keys = [self.key(case, task) for case, task in work]
+        stored_under = [self.keys(case, task) for case, task in work]
+        keys = [names[0] for names in stored_under]
         found: dict[str, dict[str, Any]] = {}
         missing: list[Task] = []
-        for key, (_case, task) in zip(keys, work, strict=True):
-            stored = self.cache.get(key)
+        for names, (_case, task) in zip(stored_under, work, strict=True):
+            looked_up = names if self.reuse_baselines else names[:1]
+            stored = next((hit for hit in map(self.cache.get, looked_up) if hit is not None), None)
             if stored is not None:
-                found[key] = stored
+                found[names[0]] = stored
             elif all(t.key != task.key for t in missing):
                 missing.append(task)
         if missing:
-            by_task = {task.key: key for key, (_c, task) in zip(keys, work, strict=True)}
+            by_task = {task.key: names for names, (_c, task) in zip(stored_under, work, strict=True)}
             with Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -225,8 +230,9 @@ class Runner:
             for task in missing:
                 result, wall = outcomes[task.key]
                 stored = _stored(result, wall, task.cluster)
-                self.cache.put(by_task[task.key], stored)
-                found[by_task[task.key]] = stored
+                for name in by_task[task.key]:
+                    self.cache.put(name, stored)
+                found[by_task[task.key][0]] = stored
                 self.ran += 1
         return [found[key] for key in keys]
 
@@ -601,7 +607,7 @@ def main() -> int:
     parser.add_argument("--cache", default=str(ROOT / "out" / "generalization-cache"), help="result cache folder")
     parser.add_argument("--no-cache", action="store_true", help="run everything, keep nothing")
     parser.add_argument(
-        "--reuse-baselines", action="store_true", help="key baseline results without the source code (see above)"
+        "--reuse-baselines", action="store_true", help="reuse baseline results run on other source code (see above)"
     )
     parser.add_argument("--json", help="write every figure to this file")
     parser.add_argument("--html", help="write the report with a plot per case to this file")
