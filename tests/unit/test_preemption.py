@@ -156,6 +156,25 @@ def test_reclaim_minimum_runtime_per_wait_keeps_the_protection_below_the_first_s
     assert len(later.preempted) == 2 and codes(later)["a1"] == "admitted_after_preemption"
 
 
+def test_reclaim_per_wait_from_level_sets_the_level_where_the_shorter_protection_starts():
+    """``reclaim_per_wait_from_level``: the runs waited nothing, so from that level on they are taken at once; the
+    8-GPU runs reach level 1 (1 GPU-hour) after 450 s and level 2 (10 GPU-hours) after 4,500 s, both within the
+    2 h the minimum runtime would spare them."""
+
+    def at(now: float, level: int) -> list[str]:
+        rules = {"min_runtime_s": 7200, "reclaim_min_runtime_per_wait": 1.0, "reclaim_per_wait_from_level": level}
+        p = policy(scheduling={"preemption": rules, "service_levels": {"thresholds_gpu_hours": [1, 10]}})
+        node_list = nodes(p, train=8)
+        specs = [(job(f"b{i}", queue="b", klass="batch", t=i), i, None) for i in range(6)]
+        res = cycle(p, node_list, [job("a1", pods=4, klass="batch", t=20)], running(p, node_list, specs), now=now)
+        return sorted(d.workload_id for d in res.preempted)
+
+    assert at(100, 0) == ["b4", "b5"]
+    assert at(460, 1) == ["b4", "b5"]
+    assert at(460, 2) == []
+    assert at(4510, 2) == ["b4", "b5"]
+
+
 @pytest.mark.parametrize("preemption", [{}, {"min_runtime_s": 3600, "reclaim_min_runtime_s": 0}])
 def test_reclaim_minimum_runtime_per_wait_needs_a_protection_to_shorten(preemption):
     with pytest.raises(PolicyError) as err:

@@ -94,6 +94,7 @@ def policies(draw, preemption=None):
     protected = rules["min_runtime_s"] if rules["reclaim_min_runtime_s"] is None else rules["reclaim_min_runtime_s"]
     if protected and draw(st.booleans()):
         rules["reclaim_min_runtime_per_wait"] = draw(st.sampled_from([0.5, 1.0]))
+        rules["reclaim_per_wait_from_level"] = draw(st.sampled_from([0, 1, 2]))
     if draw(st.booleans()):
         scheduling["service_levels"] = {
             "thresholds_gpu_hours": [0.5, 4],

@@ -170,6 +170,7 @@ class PreemptionSpec(_Spec):
     min_runtime_s: float | None = Field(None, gt=0)
     reclaim_min_runtime_s: float | None = Field(None, ge=0)
     reclaim_min_runtime_per_wait: float | None = Field(None, ge=0)
+    reclaim_per_wait_from_level: int = Field(1, ge=0)
     victims_least_waited_first: bool = False
     spare_after_preemptions: int | None = Field(None, ge=1)
     searches_per_queue: int | None = Field(None, ge=1)

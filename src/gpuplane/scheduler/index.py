@@ -176,6 +176,8 @@ class PolicyIndex:
         """How long a run is spared reclaim (``reclaim_min_runtime_s``, by default ``min_runtime_s``; None: not)."""
         self.reclaim_runtime_per_wait = rules.reclaim_min_runtime_per_wait if reclaim else None
         """With it, a run is spared reclaim at most this many times its queueing delay before it started."""
+        self.reclaim_per_wait_from_level = rules.reclaim_per_wait_from_level
+        """The attained-service level from which that bound applies (where the policy declares levels)."""
 
     def guard_s(self, load: LoadSignals) -> float | None:
         """The starvation guard for a cycle: ``starvation_guard_load_factor`` times the mean queueing delay the

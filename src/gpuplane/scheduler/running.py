@@ -126,6 +126,7 @@ class VictimRules:
     by_wait: bool = False
     spare_after_preemptions: int | None = None
     reclaim_runtime_per_wait: float | None = None
+    reclaim_per_wait_from_level: int = 1
 
     @classmethod
     def of(cls, index: PolicyIndex) -> VictimRules:
@@ -142,6 +143,7 @@ class VictimRules:
             preemption.victims_least_waited_first,
             preemption.spare_after_preemptions,
             index.reclaim_runtime_per_wait,
+            index.reclaim_per_wait_from_level,
         )
 
 
@@ -435,7 +437,7 @@ class VictimIndex:
         thresholds = rules.thresholds_gpu_s
         level = e.level(now, thresholds, protected=promoted) if thresholds else 0
         runtime = now - e.start
-        served = not thresholds or (not promoted and level >= 1)
+        served = not thresholds or (not promoted and level >= rules.reclaim_per_wait_from_level)
         reclaim_s = reclaim_protection_s(
             rules.reclaim_min_runtime_s, rules.reclaim_runtime_per_wait, e.waited_s, served
         )
