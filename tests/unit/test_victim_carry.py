@@ -5,6 +5,8 @@ index was built after an admission of its own cycle (which it left out), and whe
 
 from __future__ import annotations
 
+import pytest
+
 from gpuplane.model import ClusterSnapshot, DecisionKind, RunningWorkload, Workload
 from gpuplane.policy import PolicySpec
 from gpuplane.scheduler import PolicyIndex, schedule
@@ -28,18 +30,28 @@ def _decide_both(
     return [(d.workload_id, d.kind.value, d.reason.code.value) for d in fresh.decisions]
 
 
-def test_a_run_passing_its_reclaim_minimum_runtime_between_quiet_cycles_becomes_a_victim() -> None:
-    """One 8-GPU node: team b borrows it for run r; r is spared reclaim for its first 600 s. At t=100 team a's p
-    waits for the reclaim; at t=1,000, with nothing started or ended since, r is reclaimed: the carried index
-    must see that r's protection ended (a level threshold passed ends a standing the same way)."""
+@pytest.mark.parametrize(
+    ("rules", "submitted", "reclaimed_at"),
+    [
+        ({"reclaim_min_runtime_s": 600}, 0.0, 1000.0),
+        ({"reclaim_min_runtime_s": 3600, "reclaim_min_runtime_per_wait": 1.0}, -200.0, 300.0),
+    ],
+)
+def test_a_run_passing_its_reclaim_protection_between_quiet_cycles_becomes_a_victim(
+    rules: dict[str, float], submitted: float, reclaimed_at: float
+) -> None:
+    """One 8-GPU node: team b borrows it for run r, started at 0; r is spared reclaim for its first 600 s, or, with
+    ``reclaim_min_runtime_per_wait``, for as long as it waited before it started (200 s, not the hour). At t=100
+    team a's p waits for the reclaim; later, with nothing started or ended since, r is reclaimed: the carried index
+    must see that r's own protection ended (a level threshold passed ends a standing the same way)."""
     teams = [
         {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
         {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 0, "borrowing_limit": 8}}},
         {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
     ]
-    p = policy(teams=teams, scheduling={"preemption": {"enabled": True, "reclaim_min_runtime_s": 600}})
+    p = policy(teams=teams, scheduling={"preemption": {"enabled": True, **rules}})
     index = PolicyIndex(p)
-    r = job("r", "b", gpus=8, t=0.0, preemptible=True)
+    r = job("r", "b", gpus=8, t=submitted, preemptible=True)
     placed = schedule(index, ClusterSnapshot(0.0, nodes(p, train=1), [], [r])).decisions[0].placement
     running = [RunningWorkload(r, placed, 0.0)]  # type: ignore[arg-type]
     kept = CycleState(index, nodes(p, train=1), 0.0)
@@ -47,30 +59,7 @@ def test_a_run_passing_its_reclaim_minimum_runtime_between_quiet_cycles_becomes_
     waiting = [job("p", "a", gpus=8, t=50.0)]
     assert _decide_both(p, index, kept, 100.0, running, waiting) == [("p", "wait", "awaiting_reclaim")]
     assert kept._victims is not None, "the wait searched, so the index exists to be carried"
-    later = _decide_both(p, index, kept, 1000.0, running, waiting)
-    assert ("r", DecisionKind.PREEMPT.value, "preempted_to_reclaim_quota") in later
-
-
-def test_a_run_passing_its_own_reclaim_protection_between_quiet_cycles_becomes_a_victim() -> None:
-    """As above with ``reclaim_min_runtime_per_wait``: r waited 200 s before it started, so a factor of 1 spares it
-    from reclaim for 200 s of its run (not the hour): at t=100 p waits, at t=300 r is reclaimed. The carried index
-    must look again at r's own protection's end, not only at the policy's fixed minimum runtime."""
-    teams = [
-        {"name": "a", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 8}}},
-        {"name": "b", "cohort": "c", "pools": ["train"], "quotas": {"h100": {"nominal": 0, "borrowing_limit": 8}}},
-        {"name": "serve", "pools": ["infer"], "quotas": {"h100-infer": {"nominal": 32}}},
-    ]
-    rules = {"enabled": True, "reclaim_min_runtime_s": 3600, "reclaim_min_runtime_per_wait": 1.0}
-    p = policy(teams=teams, scheduling={"preemption": rules})
-    index = PolicyIndex(p)
-    r = job("r", "b", gpus=8, t=-200.0, preemptible=True)
-    placed = schedule(index, ClusterSnapshot(0.0, nodes(p, train=1), [], [r])).decisions[0].placement
-    running = [RunningWorkload(r, placed, 0.0)]  # type: ignore[arg-type]
-    kept = CycleState(index, nodes(p, train=1), 0.0)
-    kept.load(running)
-    waiting = [job("p", "a", gpus=8, t=50.0)]
-    assert _decide_both(p, index, kept, 100.0, running, waiting) == [("p", "wait", "awaiting_reclaim")]
-    later = _decide_both(p, index, kept, 300.0, running, waiting)
+    later = _decide_both(p, index, kept, reclaimed_at, running, waiting)
     assert ("r", DecisionKind.PREEMPT.value, "preempted_to_reclaim_quota") in later
 
 
