@@ -171,10 +171,10 @@ def reclaim_protection_s(
 ) -> float | None:
     """How long a run that waited ``waited_s`` before it started is spared reclaim at its own tier or above (None:
     not at all): ``reclaim_min_runtime_s``, and with ``reclaim_min_runtime_per_wait`` at most that many times its
-    wait once it is ``served`` (it has reached the first attained-service level, where the policy declares levels).
-    Work that started at once on GPUs another queue lent and has had a level's worth of GPU time is cheap to give
-    back when the lender asks; work that waited long for its GPUs keeps the full protection, and so does work below
-    the first level, which may be a short job about to finish. Relative to each run's own wait and service."""
+    wait once it is ``served`` (it has reached the attained-service level ``reclaim_per_wait_from_level``, where the
+    policy declares levels). Work that started at once on GPUs another queue lent and has had that much GPU time is
+    cheap to give back when the lender asks; work that waited long for its GPUs keeps the full protection, and so does
+    work below that level, which may be a short job about to finish. Relative to each run's own wait and service."""
     if min_runtime_s is None or per_wait is None or not served:
         return min_runtime_s
     return min(min_runtime_s, per_wait * waited_s) or None
